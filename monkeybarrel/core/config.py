@@ -1,0 +1,215 @@
+"""Validated experiment configuration: the YAML file and the Python API share these models.
+
+Every model forbids unknown keys, so a typo is an error that names the key path. Stage-specific
+options live in ``options`` dictionaries, validated by the plug-in that receives them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the offending key path and what was expected."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskSpec(_Strict):
+    """Which problems to run."""
+
+    name: str = "arithmetic"
+    """Task name: ``arithmetic`` (generated, no files), ``gsm8k``, ``math`` or a registered plug-in."""
+    num_problems: int | None = Field(20, ge=1)
+    """How many problems to take (the first N, in the source's order); null for all."""
+    path: str | None = None
+    """Local JSONL/Parquet file in the source's schema; when null, built-in or hub data is used."""
+    split: str = "test"
+    """Dataset split for hub sources."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Task-specific options, e.g. ``{difficulty: 2}`` for ``arithmetic``."""
+
+
+class GeneratorSpec(_Strict):
+    """One generator: a model plus its prompt and sampling settings."""
+
+    id: str = "default"
+    """Generator id recorded on every candidate (unique within an experiment)."""
+    backend: str = "embedded"
+    """Sampler backend: ``embedded`` (CPU transformers), ``vllm``, ``openai``, ``ray`` or a plug-in."""
+    model: str = "smollm2-135m-instruct"
+    """Model name, local path or hub id; ``smollm2-135m-instruct`` is the embedded default."""
+    num_samples: int = Field(16, ge=1)
+    """Samples per problem (can be raised later: the store then only adds the missing ones)."""
+    temperature: float = Field(0.7, ge=0.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    max_tokens: int = Field(256, ge=1)
+    """Maximum completion tokens per sample."""
+    seed: int | None = None
+    """Base seed for this generator; defaults to the experiment seed."""
+    system_prompt: str | None = None
+    """System message prepended to every conversation (model default when null)."""
+    prompt_template: str = "{prompt}"
+    """Template for the user message; ``{prompt}`` is replaced by the problem's prompt."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Backend-specific options (e.g. ``batch_size``, ``base_url``, ``tensor_parallel_size``)."""
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template_has_prompt(cls, value: str) -> str:
+        if "{prompt}" not in value:
+            raise ValueError("must contain the placeholder {prompt}")
+        return value
+
+
+class VerifierSpec(_Strict):
+    """One verifier to score every candidate."""
+
+    name: str
+    """Column name of its scores (unique within an experiment)."""
+    type: str
+    """Registered verifier type, e.g. ``llm_judge``, ``reward_model``, ``answer_frequency``."""
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class SelectorSpec(_Strict):
+    """One selection method to report."""
+
+    name: str
+    """Row name in the report (unique within an experiment)."""
+    type: str
+    """Registered selector type, e.g. ``majority``, ``weaver``, ``best_single``."""
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class EvaluateSpec(_Strict):
+    """What the evaluate stage reports."""
+
+    ks: list[int] | None = None
+    """Values of k for coverage (pass@k) and majority@k; default 1, 2, 4, ... up to n."""
+    majority_trials: int = Field(256, ge=1)
+    """Random subsets per problem for the majority@k estimate at k < n."""
+
+
+class StoreSpec(_Strict):
+    """How the store writes."""
+
+    chunk_problems: int = Field(1, ge=1)
+    """Problems per Parquet chunk of candidates: a killed run loses at most one chunk."""
+
+
+def _default_generators() -> list[GeneratorSpec]:
+    return [GeneratorSpec()]
+
+
+def _default_selectors() -> list[SelectorSpec]:
+    return [SelectorSpec(name="majority", type="majority")]
+
+
+class ExperimentConfig(_Strict):
+    """A whole experiment: sample -> verify -> select -> evaluate.
+
+    Examples:
+        >>> cfg = ExperimentConfig(name="demo", task=TaskSpec(name="arithmetic", num_problems=4))
+        >>> cfg.generators[0].num_samples
+        16
+    """
+
+    name: str = "experiment"
+    seed: int = 0
+    """Experiment seed: problem generation and every generator without its own seed."""
+    task: TaskSpec = Field(default_factory=TaskSpec)
+    generators: list[GeneratorSpec] = Field(default_factory=_default_generators, min_length=1)
+    verifiers: list[VerifierSpec] = Field(default_factory=list)
+    selectors: list[SelectorSpec] = Field(default_factory=_default_selectors)
+    evaluate: EvaluateSpec = Field(default_factory=EvaluateSpec)
+    store: StoreSpec = Field(default_factory=StoreSpec)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "ExperimentConfig":
+        for field_name, items, attr in (
+            ("generators", self.generators, "id"),
+            ("verifiers", self.verifiers, "name"),
+            ("selectors", self.selectors, "name"),
+        ):
+            names = [getattr(item, attr) for item in items]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"{field_name}: duplicate {attr} {duplicates}; each must be unique")
+        return self
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "config") -> "ExperimentConfig":
+        """Validate a plain dict; errors become ConfigError naming ``source`` and key paths."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_format_validation_error(exc, source)) from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "ExperimentConfig":
+        """Read and validate a YAML file."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        return cls.from_dict(data if data is not None else {}, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (JSON/YAML serialisable)."""
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def generator_seed(self, generator: GeneratorSpec) -> int:
+        return self.seed if generator.seed is None else generator.seed
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration ({exc.error_count()} error(s))"]
+    for err in exc.errors():
+        path = _key_path(err["loc"])
+        if err["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif err["type"] == "missing":
+            message = "required key is missing"
+        else:
+            message = err["msg"]
+            if "input" in err and err["type"] not in ("value_error",):
+                message += f" (got {err['input']!r})"
+        lines.append(f"  - {path or '<top level>'}: {message}")
+    return "\n".join(lines)
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def fingerprint(data: Any) -> str:
+    """A stable short hash of plain data (dict keys sorted)."""
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+Stage = Literal["sample", "verify", "select", "evaluate"]

@@ -1,0 +1,191 @@
+"""The core data model: Problem, Candidate, Selection records and their Arrow schemas.
+
+Every stage reads and writes Arrow tables with these schemas; the dataclasses are the row-level
+view for plug-in authors. A candidate is identified by the key (problem_id, generator_id,
+sample_index), unique within an experiment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+import pyarrow as pa
+
+CANDIDATE_KEY = ("problem_id", "generator_id", "sample_index")
+"""Columns that identify one candidate."""
+
+MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
+
+PROBLEM_SCHEMA = pa.schema(
+    [
+        pa.field("problem_id", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("prompt", pa.string()),
+        pa.field("messages", pa.list_(MESSAGE_TYPE)),
+        pa.field("reference_answer", pa.string()),
+        pa.field("metadata_json", pa.string()),
+    ]
+)
+
+CANDIDATE_SCHEMA = pa.schema(
+    [
+        pa.field("problem_id", pa.string(), nullable=False),
+        pa.field("generator_id", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int32(), nullable=False),
+        pa.field("text", pa.string()),
+        pa.field("prompt_tokens", pa.int32()),
+        pa.field("completion_tokens", pa.int32()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("wall_time_s", pa.float64()),
+        pa.field("seed", pa.int64()),
+        pa.field("error", pa.string()),
+    ]
+)
+
+SCORE_SCHEMA = pa.schema(
+    [
+        pa.field("problem_id", pa.string(), nullable=False),
+        pa.field("generator_id", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int32(), nullable=False),
+        pa.field("verifier", pa.string(), nullable=False),
+        pa.field("score", pa.float64()),
+        pa.field("error", pa.string()),
+    ]
+)
+"""Long form of the score matrix as stored: one row per (candidate, verifier); NaN + error on failure."""
+
+ANSWER_SCHEMA = pa.schema(
+    [
+        pa.field("problem_id", pa.string(), nullable=False),
+        pa.field("generator_id", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int32(), nullable=False),
+        pa.field("answer", pa.string()),
+    ]
+)
+"""Label-free: the canonical final answer extracted from each candidate (null when none)."""
+
+LABEL_SCHEMA = pa.schema(
+    [
+        pa.field("problem_id", pa.string(), nullable=False),
+        pa.field("generator_id", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int32(), nullable=False),
+        pa.field("correct", pa.bool_(), nullable=False),
+    ]
+)
+"""Ground truth per candidate: for evaluation and supervised baselines only."""
+
+SELECTION_SCHEMA = pa.schema(
+    [
+        pa.field("method", pa.string(), nullable=False),
+        pa.field("problem_id", pa.string(), nullable=False),
+        pa.field("generator_id", pa.string()),
+        pa.field("sample_index", pa.int32()),
+        pa.field("score", pa.float64()),
+    ]
+)
+"""One chosen candidate per (method, problem); null generator/sample when a method abstains."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task instance.
+
+    Attributes:
+        problem_id: unique within the experiment.
+        task: name of the task that produced it (e.g. ``gsm8k``).
+        prompt: the user-facing question as plain text (used when ``messages`` is empty).
+        messages: chat messages ``[{"role": ..., "content": ...}]`` to send instead of ``prompt``.
+        reference_answer: the gold answer as text (``None`` for unlabelled problems).
+        metadata: task-specific extras (difficulty, tests, source line, ...), JSON-serialisable.
+    """
+
+    problem_id: str
+    task: str
+    prompt: str | None = None
+    messages: tuple[dict[str, str], ...] = ()
+    reference_answer: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def chat(self, system_prompt: str | None = None) -> list[dict[str, str]]:
+        """The conversation to send to a chat model, with an optional system prompt first."""
+        messages = list(self.messages) or [{"role": "user", "content": self.prompt or ""}]
+        if system_prompt and messages[0]["role"] != "system":
+            messages = [{"role": "system", "content": system_prompt}, *messages]
+        return messages
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One sampled solution of one problem by one generator.
+
+    Attributes:
+        problem_id, generator_id, sample_index: the candidate's key.
+        text: the completion text.
+        prompt_tokens: tokens in the prompt as sent (counted once per sample).
+        completion_tokens: tokens generated.
+        finish_reason: ``stop`` (end of sequence), ``length`` (max_tokens hit) or ``error``.
+        wall_time_s: seconds of wall time attributed to this sample (batch time / batch size).
+        seed: the random seed the sample was drawn with (``None`` if unknown).
+        error: failure message when ``finish_reason == "error"``.
+    """
+
+    problem_id: str
+    generator_id: str
+    sample_index: int
+    text: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+    wall_time_s: float = 0.0
+    seed: int | None = None
+    error: str | None = None
+
+
+def problems_to_table(problems: Sequence[Problem]) -> pa.Table:
+    """Problems -> Arrow table with PROBLEM_SCHEMA."""
+    return pa.Table.from_pylist(
+        [
+            {
+                "problem_id": p.problem_id,
+                "task": p.task,
+                "prompt": p.prompt,
+                "messages": list(p.messages) or None,
+                "reference_answer": p.reference_answer,
+                "metadata_json": json.dumps(p.metadata, sort_keys=True) if p.metadata else None,
+            }
+            for p in problems
+        ],
+        schema=PROBLEM_SCHEMA,
+    )
+
+
+def problems_from_table(table: pa.Table) -> list[Problem]:
+    """Arrow table with PROBLEM_SCHEMA -> Problems (inverse of problems_to_table)."""
+    return [
+        Problem(
+            problem_id=row["problem_id"],
+            task=row["task"],
+            prompt=row["prompt"],
+            messages=tuple(row["messages"] or ()),
+            reference_answer=row["reference_answer"],
+            metadata=json.loads(row["metadata_json"]) if row["metadata_json"] else {},
+        )
+        for row in table.to_pylist()
+    ]
+
+
+def candidates_to_table(candidates: Iterable[Candidate]) -> pa.Table:
+    """Candidates -> Arrow table with CANDIDATE_SCHEMA."""
+    return pa.Table.from_pylist([asdict(c) for c in candidates], schema=CANDIDATE_SCHEMA)
+
+
+def candidates_from_table(table: pa.Table) -> list[Candidate]:
+    """Arrow table with CANDIDATE_SCHEMA -> Candidates."""
+    return [Candidate(**row) for row in table.select(CANDIDATE_SCHEMA.names).to_pylist()]
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A zero-row table of ``schema``."""
+    return schema.empty_table()

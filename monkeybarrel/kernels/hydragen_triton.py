@@ -1,0 +1,227 @@
+"""Triton kernels for shared-prefix ("Hydragen") decode attention.
+
+This module imports triton at the top; import it lazily (``monkeybarrel.kernels.attention`` does).
+Shapes follow :mod:`monkeybarrel.kernels.reference`: ``q [B, Hq, D]``, ``k/v_prefix [Hkv, P, D]``,
+``k/v_suffix [B, Hkv, S, D]``, ``suffix_lens [B]`` int32, ``G = Hq // Hkv``.
+
+Two launches per decode step:
+
+1. ``_hydragen_kernel`` -- one grid that holds two kinds of programs:
+
+   - *prefix tiles* ``(hkv, prefix split, m tile)``: ``BLOCK_M`` query rows, where a row is one
+     ``(sequence, q head of the group)`` pair, so ``B*G`` rows per KV head share one pass over the
+     prefix. ``q @ K^T`` and ``P @ V`` are ``[BLOCK_M, D] x [D, BLOCK_N]`` tensor-core products (wgmma
+     on Hopper); the prefix KV chunk is read by ``ceil(B*G / BLOCK_M)`` programs that run side by side,
+     so it comes from HBM about once and from L2 after.
+   - *suffix tiles* ``(b, hkv, suffix split)``: the ``G`` query heads of one sequence against a chunk of
+     its own suffix (ragged: rows ``>= suffix_lens[b]`` are skipped), memory-bound.
+
+   Prefix tiles get the low program ids, so the compute-bound prefix work starts first and the
+   memory-bound suffix work fills the rest of the machine alongside it (one launch, overlapped).
+   Every tile writes a float32 partial output normalised over its keys and its log2-sum-exp.
+
+2. ``_merge_kernel`` -- one program per ``(b, hkv)``: exact log-sum-exp merge of all partials of a
+   row, written in the output dtype (optionally with the natural-log LSE).
+
+Softmax runs in base 2 (``exp2``) with ``qk_scale = scale * log2(e)``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_step(acc, l_i, m_i, s, v):
+    """One online-softmax step. s: [M, N] fp32 log2-domain scores; v: [N, D]; acc: [M, D] fp32."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _attend_range(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, lo, hi, qk_scale,
+                  D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Attend the query block ``q [M, D]`` to key rows ``[lo, hi)`` of one head (no-op if hi <= lo).
+
+    ``k_base``/``v_base`` point at row 0, column 0 of that head; rows are ``stride_kn`` apart and
+    columns contiguous. Full blocks run unmasked; one masked block handles the tail.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    n_full = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N
+    for start in range(lo, n_full, BLOCK_N):
+        rows = start + offs_n
+        k = tl.load(k_base + rows[None, :] * stride_kn + offs_d[:, None])  # [D, BLOCK_N]
+        s = tl.dot(q, k) * qk_scale
+        v = tl.load(v_base + rows[:, None] * stride_vn + offs_d[None, :])  # [BLOCK_N, D]
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, s, v)
+    if n_full < hi:
+        rows = n_full + offs_n
+        ok = rows < hi
+        k = tl.load(k_base + rows[None, :] * stride_kn + offs_d[:, None], mask=ok[None, :], other=0.0)
+        s = tl.dot(q, k) * qk_scale
+        s = tl.where(ok[None, :], s, float("-inf"))
+        v = tl.load(v_base + rows[:, None] * stride_vn + offs_d[None, :], mask=ok[:, None], other=0.0)
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, s, v)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _finish(acc, l_i, m_i):
+    """Normalised partial output and its log2-sum-exp (``-inf`` and zeros for an empty range)."""
+    nonempty = l_i > 0.0
+    l_safe = tl.where(nonempty, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    lse2 = tl.where(nonempty, m_i + tl.math.log2(l_safe), float("-inf"))
+    return o, lse2
+
+
+@triton.jit
+def _prefix_tile(tile, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
+                 stride_qb, stride_qh, stride_kph, stride_kpn, stride_vph, stride_vpn,
+                 N_M_TILES, N_PSPLITS,
+                 G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Prefix tile ``(hkv, split, m)``: rows ``r = b*G + g`` of KV head ``hkv`` vs prefix chunk ``split``.
+
+    Writes ``OP[hkv, split, r, :]`` (fp32, ``[Hkv, NSP, B*G, D]``) and ``LP[hkv, split, r]``.
+    """
+    m_tile = tile % N_M_TILES
+    rest = tile // N_M_TILES
+    split = rest % N_PSPLITS
+    hkv = rest // N_PSPLITS
+    rows = m_tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    b = (rows // G).to(tl.int64)
+    head = hkv * G + rows % G
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + b[:, None] * stride_qb + head[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)
+    lo = split * prefix_chunk
+    hi = tl.minimum(lo + prefix_chunk, P)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, KP + hkv * stride_kph, VP + hkv * stride_vph,
+                                  stride_kpn, stride_vpn, lo, hi, qk_scale, D, BLOCK_N)
+    o, lse2 = _finish(acc, l_i, m_i)
+    part = (hkv * N_PSPLITS + split).to(tl.int64) * n_rows + rows
+    tl.store(OP + part[:, None] * D + offs_d[None, :], o, mask=row_ok[:, None])
+    tl.store(LP + part, lse2, mask=row_ok)
+
+
+@triton.jit
+def _suffix_tile(tile, Q, KS, VS, LENS, OS, LS, suffix_chunk, qk_scale,
+                 stride_qb, stride_qh, stride_ksb, stride_ksh, stride_ksn, stride_vsb, stride_vsh, stride_vsn,
+                 HKV, N_SSPLITS,
+                 G: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Suffix tile ``(b, hkv, split)``: the G heads of sequence b vs rows of its suffix chunk ``split``.
+
+    Only rows ``< suffix_lens[b]`` count. Writes ``OS[b, hkv, split, g, :]`` (fp32,
+    ``[B, Hkv, NSS, G, D]``) and ``LS[b, hkv, split, g]``.
+    """
+    split = tile % N_SSPLITS
+    bh = tile // N_SSPLITS
+    hkv = bh % HKV
+    b = (bh // HKV).to(tl.int64)
+    g = tl.arange(0, BLOCK_G)
+    g_ok = g < G
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + b * stride_qb + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
+                mask=g_ok[:, None], other=0.0)
+    length = tl.load(LENS + b)
+    lo = split * suffix_chunk
+    hi = tl.minimum(lo + suffix_chunk, length)
+    acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = _attend_range(acc, l_i, m_i, q,
+                                  KS + b * stride_ksb + hkv * stride_ksh, VS + b * stride_vsb + hkv * stride_vsh,
+                                  stride_ksn, stride_vsn, lo, hi, qk_scale, D, BLOCK_N)
+    o, lse2 = _finish(acc, l_i, m_i)
+    part = tile.to(tl.int64) * G + g
+    tl.store(OS + part[:, None] * D + offs_d[None, :], o, mask=g_ok[:, None])
+    tl.store(LS + part, lse2, mask=g_ok)
+
+
+@triton.jit
+def _hydragen_kernel(
+    Q, KP, VP, KS, VS, LENS, OP, LP, OS, LS,
+    n_rows, P, prefix_chunk, suffix_chunk, qk_scale, n_prefix_tiles,
+    stride_qb, stride_qh,
+    stride_kph, stride_kpn, stride_vph, stride_vpn,
+    stride_ksb, stride_ksh, stride_ksn, stride_vsb, stride_vsh, stride_vsn,
+    HKV, N_M_TILES, N_PSPLITS, N_SSPLITS,
+    G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_NS: tl.constexpr, PHASE: tl.constexpr,
+):
+    """PHASE 0: prefix tiles (pid < n_prefix_tiles) and suffix tiles in one grid; 1: prefix only; 2: suffix only."""
+    pid = tl.program_id(0)
+    if PHASE == 1:
+        _prefix_tile(pid, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
+                     stride_qb, stride_qh, stride_kph, stride_kpn, stride_vph, stride_vpn,
+                     N_M_TILES, N_PSPLITS, G, D, BLOCK_M, BLOCK_N)
+    elif PHASE == 2:
+        _suffix_tile(pid, Q, KS, VS, LENS, OS, LS, suffix_chunk, qk_scale,
+                     stride_qb, stride_qh, stride_ksb, stride_ksh, stride_ksn, stride_vsb, stride_vsh, stride_vsn,
+                     HKV, N_SSPLITS, G, D, BLOCK_G, BLOCK_NS)
+    else:
+        if pid < n_prefix_tiles:
+            _prefix_tile(pid, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
+                         stride_qb, stride_qh, stride_kph, stride_kpn, stride_vph, stride_vpn,
+                         N_M_TILES, N_PSPLITS, G, D, BLOCK_M, BLOCK_N)
+        else:
+            _suffix_tile(pid - n_prefix_tiles, Q, KS, VS, LENS, OS, LS, suffix_chunk, qk_scale,
+                         stride_qb, stride_qh, stride_ksb, stride_ksh, stride_ksn, stride_vsb, stride_vsh, stride_vsn,
+                         HKV, N_SSPLITS, G, D, BLOCK_G, BLOCK_NS)
+
+
+@triton.jit
+def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
+                  HKV, N_PSPLITS, N_SSPLITS,
+                  G: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, WRITE_LSE: tl.constexpr):
+    """Program ``(b, hkv)``: merge the NSP prefix and NSS suffix partials of rows ``b*G + g``.
+
+    Writes ``OUT[b, hkv*G + g, :]`` in OUT's dtype and, if WRITE_LSE, ``LSE_OUT[b, hkv*G + g]``
+    (natural log, fp32, contiguous ``[B, Hq]``).
+    """
+    pid = tl.program_id(0)
+    hkv = pid % HKV
+    b = (pid // HKV).to(tl.int64)
+    g = tl.arange(0, BLOCK_G)
+    g_ok = g < G
+    offs_d = tl.arange(0, D)
+    rows = b * G + g
+    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    for sp in range(N_PSPLITS):
+        m = tl.maximum(m, tl.load(LP + (hkv * N_PSPLITS + sp) * n_rows + rows, mask=g_ok, other=float("-inf")))
+    for ss in range(N_SSPLITS):
+        m = tl.maximum(m, tl.load(LS + (pid.to(tl.int64) * N_SSPLITS + ss) * G + g, mask=g_ok, other=float("-inf")))
+    m = tl.where(m == float("-inf"), 0.0, m)
+    acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
+    den = tl.zeros([BLOCK_G], dtype=tl.float32)
+    for sp in range(N_PSPLITS):
+        part = (hkv * N_PSPLITS + sp) * n_rows + rows
+        w = tl.math.exp2(tl.load(LP + part, mask=g_ok, other=float("-inf")) - m)
+        o = tl.load(OP + part[:, None] * D + offs_d[None, :], mask=g_ok[:, None], other=0.0)
+        acc += w[:, None] * o
+        den += w
+    for ss in range(N_SSPLITS):
+        part = (pid.to(tl.int64) * N_SSPLITS + ss) * G + g
+        w = tl.math.exp2(tl.load(LS + part, mask=g_ok, other=float("-inf")) - m)
+        o = tl.load(OS + part[:, None] * D + offs_d[None, :], mask=g_ok[:, None], other=0.0)
+        acc += w[:, None] * o
+        den += w
+    den_safe = tl.where(den > 0.0, den, 1.0)
+    out = acc / den_safe[:, None]
+    head = hkv * G + g
+    tl.store(OUT + b * stride_ob + head[:, None] * stride_oh + offs_d[None, :],
+             out.to(OUT.dtype.element_ty), mask=g_ok[:, None])
+    if WRITE_LSE:
+        lse = tl.where(den > 0.0, (m + tl.math.log2(den_safe)) * 0.6931471805599453, float("-inf"))
+        tl.store(LSE_OUT + b * (HKV * G) + head, lse, mask=g_ok)

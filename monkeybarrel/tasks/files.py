@@ -1,0 +1,53 @@
+"""Reading task records from local JSONL or Parquet files, with errors that name file and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+
+class TaskDataError(ValueError):
+    """Bad task data: names the file, the line (1-based) and what was expected."""
+
+
+def read_records(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` from a ``.jsonl``/``.json`` (one object per line) or ``.parquet`` file.
+
+    Args:
+        path: the file.
+        required: fields every record must have; a missing one raises TaskDataError.
+
+    Raises:
+        TaskDataError: file missing, a line that is not a JSON object, or a missing field.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TaskDataError(f"{path}: file not found")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = enumerate(pq.read_table(path).to_pylist(), start=1)
+    else:
+        rows = _jsonl_rows(path)
+    for line_number, record in rows:
+        missing = [name for name in required if record.get(name) is None]
+        if missing:
+            raise TaskDataError(
+                f"{path}:{line_number}: missing field(s) {missing}; expected fields {list(required)}"
+            )
+        yield line_number, record
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskDataError(f"{path}:{line_number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise TaskDataError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
+            yield line_number, record
