@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 
 import torch
 import triton
@@ -24,13 +25,18 @@ SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 
 @dataclasses.dataclass(frozen=True)
 class HydragenConfig:
-    """Tiling of one decode step.
+    """Tiling and scheduling of one decode step.
 
-    block_m: query rows ``(sequence, group head)`` per prefix tile (64: one warpgroup, 128: two).
+    block_m: query rows ``(sequence, group head)`` per prefix tile (128 = two warpgroups of wgmma).
     block_n: prefix keys per inner step; block_ns: suffix keys per inner step.
     prefix_splits / suffix_splits: chunks the prefix / suffix key range is cut into (0 = auto).
-    fused: True runs prefix and suffix tiles in one grid (overlapped); False launches them one after
-        the other (prefix with ``num_warps``, suffix with ``num_warps_suffix``).
+    mode: how prefix and suffix tiles share the GPU:
+        ``"fused"``   one grid holds both kinds of tiles (prefix first), ``num_warps`` each;
+        ``"streams"`` two launches on two streams (they overlap), each with its own warps/stages;
+        ``"serial"``  the same two launches one after the other (a diagnostic).
+    num_warps / num_stages / maxnreg: prefix tiles (and fused grid). maxnreg=128 lets two 8-warp
+        programs share an SM.
+    suffix_warps / suffix_stages: suffix launch in the two-launch modes.
     """
 
     block_m: int = 128
@@ -38,32 +44,44 @@ class HydragenConfig:
     block_ns: int = 64
     prefix_splits: int = 0
     suffix_splits: int = 0
+    mode: str = "fused"
     num_warps: int = 8
     num_stages: int = 2
-    fused: bool = True
-    num_warps_suffix: int = 4
-    num_stages_suffix: int = 3
+    maxnreg: int | None = 128
+    suffix_warps: int = 4
+    suffix_stages: int = 3
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("fused", "streams", "serial"):
+            raise ValueError(f"mode must be fused, streams or serial, got {self.mode!r}")
 
 
 def default_config(D: int) -> HydragenConfig:
-    """Default tiling for head dim D (see docs/kernels.md for how it was chosen)."""
-    return HydragenConfig(block_m=128, block_n=64 if D >= 128 else 128, block_ns=64)
+    """Default tiling for head dim D (docs/kernels.md records how it was chosen)."""
+    return HydragenConfig(block_n=64 if D >= 128 else 128)
 
 
 def candidate_configs(D: int) -> list[HydragenConfig]:
-    """Small search space used by benchmarks/prefix_attention.py --tune (fixed splits are tried on top)."""
+    """Small search space used by benchmarks/prefix_attention.py --tune."""
     base = default_config(D)
     return [
         base,
-        dataclasses.replace(base, num_stages=3),
+        dataclasses.replace(base, maxnreg=None),
         dataclasses.replace(base, block_ns=128),
-        dataclasses.replace(base, block_m=64, num_warps=4, num_stages=3),
-        dataclasses.replace(base, fused=False),
+        dataclasses.replace(base, mode="streams"),
+        dataclasses.replace(base, mode="serial"),
     ]
+
+
+def _interpreting() -> bool:
+    """Triton's CPU interpreter (TRITON_INTERPRET=1) runs the kernels on CPU tensors (tests only)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @functools.lru_cache(maxsize=None)
 def _num_sms(device_index: int) -> int:
+    if not torch.cuda.is_available():
+        return 132  # interpreter: plan as for an H100
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
@@ -109,8 +127,18 @@ def plan(B: int, Hkv: int, G: int, P: int, S: int, cfg: HydragenConfig, num_sms:
     return Plan(n_m, nsp, prefix_chunk, nss, suffix_chunk)
 
 
+_SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One extra stream per device for the prefix launch in ``mode="streams"``."""
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device=device)
+    return _SIDE_STREAMS[device]
+
+
 def _check(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens):
-    if not q.is_cuda:
+    if not q.is_cuda and not _interpreting():
         raise ValueError("hydragen_decode_attention needs CUDA tensors; use the reference on CPU")
     if q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"q dtype {q.dtype} not supported (bf16, fp16)")
@@ -193,13 +221,25 @@ def hydragen_decode_attention(
             v_suffix.stride(0), v_suffix.stride(1), v_suffix.stride(2),
             Hkv, pl.n_m_tiles, pl.prefix_splits, pl.suffix_splits)
     meta = dict(G=G, D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_G=block_g, BLOCK_NS=cfg.block_ns)
-    if cfg.fused:
-        _hydragen_kernel[(n_prefix + n_suffix,)](*args, **meta, PHASE=0,
-                                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    else:
-        _hydragen_kernel[(n_prefix,)](*args, **meta, PHASE=1, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        _hydragen_kernel[(n_suffix,)](*args, **meta, PHASE=2, num_warps=cfg.num_warps_suffix,
-                                      num_stages=cfg.num_stages_suffix)
+    prefix_opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if cfg.maxnreg:
+        prefix_opts["maxnreg"] = cfg.maxnreg
+    suffix_opts = dict(num_warps=cfg.suffix_warps, num_stages=cfg.suffix_stages)
+    if cfg.mode == "fused":
+        _hydragen_kernel[(n_prefix + n_suffix,)](*args, **meta, PHASE=0, **prefix_opts)
+    elif cfg.mode == "serial":
+        _hydragen_kernel[(n_prefix,)](*args, **meta, PHASE=1, **prefix_opts)
+        _hydragen_kernel[(n_suffix,)](*args, **meta, PHASE=2, **suffix_opts)
+    else:  # streams: the prefix launch runs on a side stream, overlapping the suffix launch
+        main = torch.cuda.current_stream(dev)
+        side = _side_stream(dev)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            _hydragen_kernel[(n_prefix,)](*args, **meta, PHASE=1, **prefix_opts)
+        _hydragen_kernel[(n_suffix,)](*args, **meta, PHASE=2, **suffix_opts)
+        main.wait_stream(side)
+        for t in (q, k_prefix, v_prefix, op, lp):
+            t.record_stream(side)
     _merge_kernel[(B * Hkv,)](op, lp, os_, ls, out, lse, n_rows, out.stride(0), out.stride(1),
                               Hkv, pl.prefix_splits, pl.suffix_splits,
                               G=G, D=D, BLOCK_G=triton.next_power_of_2(G), WRITE_LSE=return_lse,
