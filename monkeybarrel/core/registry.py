@@ -26,12 +26,16 @@ class Registry(Generic[T]):
     Args:
         kind: what the entries are, used in error messages and the entry-point group
             (``monkeybarrel.<kind>s``).
-        lazy: optional ``name -> "module:attr"`` map of built-ins imported only when asked for,
-            so heavy optional dependencies (vllm, ray, docker) stay unimported until used.
+        lazy: optional ``name -> "module:attr"`` map of built-ins imported only when asked for.
+        package: a package whose modules register built-ins with ``@register``; they are
+            imported on the first lookup that misses (modules import heavy optional
+            dependencies such as vllm, ray or docker inside functions, so this stays cheap).
     """
 
-    def __init__(self, kind: str, lazy: dict[str, str] | None = None) -> None:
+    def __init__(self, kind: str, lazy: dict[str, str] | None = None, package: str | None = None) -> None:
         self.kind = kind
+        self.package = package
+        self._package_scanned = False
         self._entries: dict[str, Callable[..., T]] = {}
         self._lazy: dict[str, str] = dict(lazy or {})
         self._entry_points_loaded = False
@@ -49,6 +53,7 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         """All known names, built-in lazy ones included, sorted."""
+        self._scan_package()
         self._load_entry_points()
         return sorted(set(self._entries) | set(self._lazy))
 
@@ -58,8 +63,12 @@ class Registry(Generic[T]):
             module, _, attr = self._lazy[name].partition(":")
             factory = getattr(import_module(module), attr)
             self._entries.setdefault(name, factory)
-        if name not in self._entries:
+        if name not in self._entries and name not in self._lazy:
+            self._scan_package()
+        if name not in self._entries and name not in self._lazy:
             self._load_entry_points()
+        if name not in self._entries and name in self._lazy:
+            return self.get(name)
         if name not in self._entries:
             raise UnknownNameError(
                 f"unknown {self.kind} {name!r}; expected one of: {', '.join(self.names())}"
@@ -72,6 +81,17 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         return name in self.names()
+
+    def _scan_package(self) -> None:
+        if self._package_scanned or self.package is None:
+            return
+        self._package_scanned = True
+        import pkgutil
+
+        package = import_module(self.package)
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_") and module.name != "base":
+                import_module(f"{self.package}.{module.name}")
 
     def _load_entry_points(self) -> None:
         if self._entry_points_loaded:

@@ -41,17 +41,23 @@ def attention_with_lse(
         kv_mask: optional bool ``[..., 1 or M, N]``; False columns are excluded.
 
     Returns:
-        ``(out [..., M, D] float32, lse [..., M] float32)``; rows with no visible key get
-        ``out = 0`` and ``lse = -inf`` (a neutral element for :func:`merge_attention_states`).
+        ``(out [..., M, D], lse [..., M])`` in float32 (float64 for float64 inputs); rows with no
+        visible key get ``out = 0`` and ``lse = -inf`` (neutral for :func:`merge_attention_states`).
     """
-    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    acc = _acc_dtype(q.dtype)
+    s = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
     if kv_mask is not None:
         s = s.masked_fill(~kv_mask, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     finite = torch.isfinite(lse)
     p = torch.exp(s - torch.where(finite, lse, torch.zeros_like(lse)).unsqueeze(-1))
     p = torch.where(finite.unsqueeze(-1), p, torch.zeros_like(p))
-    return torch.matmul(p, v.float()), lse
+    return torch.matmul(p, v.to(acc)), lse
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 math for 16/32-bit inputs, float64 for float64 inputs."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def merge_attention_states(
@@ -62,11 +68,11 @@ def merge_attention_states(
     ``o = (o_a e^{lse_a} + o_b e^{lse_b}) / (e^{lse_a} + e^{lse_b})``, computed with the max subtracted.
 
     Args:
-        o_a, o_b: ``[..., D]`` float32 partial outputs (each normalised over its own keys).
-        lse_a, lse_b: ``[...]`` float32 log-sum-exp of the scores of each part (``-inf`` = empty part).
+        o_a, o_b: ``[..., D]`` float partial outputs (each normalised over its own keys).
+        lse_a, lse_b: ``[...]`` log-sum-exp of the scores of each part (``-inf`` = empty part).
 
     Returns:
-        ``(o [..., D] float32, lse [...] float32)`` of attention over the union of the key sets.
+        ``(o [..., D], lse [...])`` of attention over the union of the key sets, in the inputs' dtype.
     """
     m = torch.maximum(lse_a, lse_b)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
@@ -112,10 +118,11 @@ def shared_prefix_attention_reference(
         k_suffix, v_suffix: ``[B, Hkv, S, D]`` per-sequence suffix buffers.
         suffix_lens: ``[B]`` integer, valid suffix rows per sequence (``0 <= len <= S``).
         scale: softmax scale; default ``D ** -0.5``.
-        return_lse: also return the natural-log LSE ``[B, Hq]`` float32.
+        return_lse: also return the natural-log LSE ``[B, Hq]``.
 
     Returns:
-        ``out [B, Hq, D]`` in ``q.dtype`` (and ``lse [B, Hq]`` float32 if ``return_lse``).
+        ``out [B, Hq, D]`` in ``q.dtype`` (and ``lse [B, Hq]``, float32, float64 for float64 q).
+        The math runs in float32 (float64 for float64 inputs).
     """
     B, Hq, Hkv, D = _check_shapes(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens)
     G = Hq // Hkv
@@ -145,7 +152,8 @@ def replicated_attention_reference(
 ) -> torch.Tensor:
     """What a naive engine computes: each sequence attends over its own copy ``[prefix; suffix[:len]]``.
 
-    One softmax over the concatenated keys (no decomposition), float32 math. Same arguments and
+    One softmax over the concatenated keys (no decomposition), float32 math (float64 for float64
+    inputs). Same arguments and
     result as :func:`shared_prefix_attention_reference`; used to check the decomposition itself.
     """
     B, Hq, Hkv, D = _check_shapes(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens)
@@ -156,9 +164,10 @@ def replicated_attention_reference(
     v = torch.cat([v_prefix.unsqueeze(0).expand(B, -1, -1, -1), v_suffix], dim=2)
     pos = torch.arange(P + S, device=q.device)
     valid = pos[None, :] < (P + suffix_lens.to(q.device).view(B, 1))  # [B, P+S]
-    s = torch.matmul(q.view(B, Hkv, G, D).float(), k.float().transpose(-1, -2)) * scale
+    acc = _acc_dtype(q.dtype)
+    s = torch.matmul(q.view(B, Hkv, G, D).to(acc), k.to(acc).transpose(-1, -2)) * scale
     s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
-    out = torch.matmul(torch.softmax(s, dim=-1), v.float())
+    out = torch.matmul(torch.softmax(s, dim=-1), v.to(acc))
     return out.reshape(B, Hq, D).to(q.dtype)
 
 

@@ -18,15 +18,7 @@ from ..core.config import GeneratorSpec
 from ..core.records import Candidate, Problem
 from ..core.registry import Registry
 
-SAMPLERS: Registry["Sampler"] = Registry(
-    "sampler",
-    lazy={
-        "embedded": "monkeybarrel.samplers.embedded:EmbeddedSampler",
-        "vllm": "monkeybarrel.samplers.vllm_offline:VLLMSampler",
-        "openai": "monkeybarrel.samplers.openai_server:OpenAISampler",
-        "ray": "monkeybarrel.samplers.ray_pool:RaySampler",
-    },
-)
+SAMPLERS: Registry["Sampler"] = Registry("sampler", package="monkeybarrel.samplers")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ import torch
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate
-from .base import SampleRequest, Sampler
+from .base import SAMPLERS, SampleRequest, Sampler
 from .decoding import sample_next
 from .kv_cache import GrowingCache
 from .models import resolve_model
 
 
+@SAMPLERS.register("embedded")
 class EmbeddedSampler(Sampler):
     """Samples with transformers on the local CPU.
 

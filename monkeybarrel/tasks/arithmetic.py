@@ -10,12 +10,13 @@ from __future__ import annotations
 import random
 
 from ..core.records import Problem
-from .base import MathTask, take
+from .base import TASKS, MathTask, take
 
 _NAMES = ["Ava", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hugo", "Iris", "Jonas", "Kira", "Liam"]
 _ITEMS = ["apples", "marbles", "stickers", "books", "coins", "pencils", "cookies", "stamps", "shells", "cards"]
 
 
+@TASKS.register("arithmetic")
 class ArithmeticTask(MathTask):
     """Seeded multi-step word problems over +, -, x.
 

@@ -12,15 +12,7 @@ from typing import Sequence
 from ..core.records import Problem
 from ..core.registry import Registry
 
-TASKS: Registry["Task"] = Registry(
-    "task",
-    lazy={
-        "arithmetic": "monkeybarrel.tasks.arithmetic:ArithmeticTask",
-        "gsm8k": "monkeybarrel.tasks.gsm8k:GSM8KTask",
-        "math": "monkeybarrel.tasks.math_dataset:MathTask",
-        "humaneval": "monkeybarrel.tasks.humaneval:HumanEvalTask",
-    },
-)
+TASKS: Registry["Task"] = Registry("task", package="monkeybarrel.tasks")
 
 
 class Task(ABC):

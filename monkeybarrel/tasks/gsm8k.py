@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..core.records import Problem
-from .base import MathTask, take
+from .base import TASKS, MathTask, take
 from .files import read_records
 from .math_answers import reference_from_solution
 
 HUB_DATASET = ("openai/gsm8k", "main")
 
 
+@TASKS.register("gsm8k")
 class GSM8KTask(MathTask):
     """GSM8K from a local JSONL/Parquet file (fields ``question``, ``answer``) or the hub.
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..core.records import Problem
-from .base import MathTask as _MathBase, take
+from .base import TASKS, MathTask as _MathBase, take
 from .files import TaskDataError, read_records
 from .math_answers import reference_from_solution
 
 HUB_DATASET = "HuggingFaceH4/MATH-500"
 
 
+@TASKS.register("math")
 class MathTask(_MathBase):
     """MATH/MATH500: fields ``problem`` plus ``answer`` or a ``solution`` whose last ``\\boxed{}`` is the answer.
 

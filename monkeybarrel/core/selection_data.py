@@ -1,0 +1,110 @@
+"""What a selector sees: label-free, columnar data about every candidate of every problem.
+
+``SelectionData`` deliberately has no field for ground truth: label-free selectors cannot read
+labels through it. Supervised selectors receive labels as a separate ``fit`` argument, and the
+report marks them as label-based.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from .groups import factorize
+
+
+@dataclass(frozen=True)
+class SelectionData:
+    """Candidates of many problems, flattened.
+
+    Attributes:
+        problem_id: ``[n]`` str, the candidate's problem.
+        generator_id: ``[n]`` str.
+        sample_index: ``[n]`` int.
+        groups: ``[n]`` int64 problem index into ``problems``.
+        problems: ``[n_groups]`` str problem ids, in first-appearance order.
+        scores: ``[n, m]`` float64 verifier scores, NaN = missing or failed.
+        verifiers: ``m`` verifier names (columns of ``scores``).
+        answers: ``[n]`` int64 answer code, equal codes = equivalent final answers within a
+            problem (codes are global), -1 = no answer extracted (abstains from votes).
+        tiebreak: ``[n]`` int64 rank by (generator_id, sample_index) within the data; the
+            stated tie-break rule of every selector: the smaller rank wins.
+        embeddings: optional ``[n, d]`` float32 embeddings of the candidates' texts.
+        texts: optional ``[n]`` str completion texts (label-free; for embedding-based selectors).
+    """
+
+    problem_id: np.ndarray
+    generator_id: np.ndarray
+    sample_index: np.ndarray
+    groups: np.ndarray
+    problems: np.ndarray
+    scores: np.ndarray
+    verifiers: tuple[str, ...]
+    answers: np.ndarray
+    tiebreak: np.ndarray
+    embeddings: np.ndarray | None = field(default=None, repr=False)
+    texts: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def n_candidates(self) -> int:
+        return int(self.groups.shape[0])
+
+    @property
+    def n_problems(self) -> int:
+        return int(self.problems.shape[0])
+
+    @classmethod
+    def build(cls, keys: pa.Table, scores: np.ndarray | None = None, verifiers: tuple[str, ...] = (),
+              answers: list[str | None] | np.ndarray | None = None,
+              embeddings: np.ndarray | None = None, texts: list[str | None] | None = None) -> "SelectionData":
+        """Assemble from a key table (problem_id, generator_id, sample_index) and aligned columns.
+
+        Args:
+            keys: n rows of candidate keys.
+            scores: ``[n, m]`` float scores (default: no verifier columns).
+            verifiers: names of the m columns.
+            answers: ``[n]`` canonical answer strings or None.
+            embeddings: optional ``[n, d]``.
+            texts: optional ``[n]`` completion texts.
+        """
+        problem_id = np.asarray(keys.column("problem_id").to_numpy(zero_copy_only=False), dtype=object)
+        generator_id = np.asarray(keys.column("generator_id").to_numpy(zero_copy_only=False), dtype=object)
+        sample_index = keys.column("sample_index").to_numpy().astype(np.int64)
+        n = problem_id.shape[0]
+        groups, problems = factorize(problem_id.astype(str)) if n else (np.zeros(0, np.int64), np.zeros(0, object))
+        if scores is None:
+            scores = np.zeros((n, 0))
+        scores = np.asarray(scores, dtype=np.float64).reshape(n, len(verifiers))
+        answer_codes = np.full(n, -1, dtype=np.int64)
+        if answers is not None:
+            answers = np.asarray(answers, dtype=object)
+            present = np.array([a is not None for a in answers], dtype=bool)
+            if present.any():
+                pairs = np.char.add(np.char.add(problem_id[present].astype(str), "\x1f"), answers[present].astype(str))
+                answer_codes[present], _ = factorize(pairs)
+        tiebreak = np.lexsort((sample_index, generator_id.astype(str))).argsort().astype(np.int64) if n else np.zeros(0, np.int64)
+        return cls(problem_id=problem_id, generator_id=generator_id, sample_index=sample_index, groups=groups,
+                   problems=np.asarray(problems, dtype=object), scores=scores, verifiers=tuple(verifiers),
+                   answers=answer_codes, tiebreak=tiebreak, embeddings=embeddings,
+                   texts=None if texts is None else np.asarray(texts, dtype=object))
+
+    def subset(self, rows: np.ndarray) -> "SelectionData":
+        """The candidates at ``rows`` (groups re-indexed to the problems that remain)."""
+        keys = pa.table({"problem_id": self.problem_id[rows].astype(str),
+                         "generator_id": self.generator_id[rows].astype(str),
+                         "sample_index": self.sample_index[rows]})
+        data = SelectionData.build(keys, self.scores[rows], self.verifiers, None,
+                                   None if self.embeddings is None else self.embeddings[rows])
+        return _replace(data, answers=self.answers[rows], texts=None if self.texts is None else self.texts[rows])
+
+    def verifier_scores(self, name: str) -> np.ndarray:
+        """``[n]`` scores of verifier ``name``."""
+        return self.scores[:, self.verifiers.index(name)]
+
+
+def _replace(data: SelectionData, **changes) -> SelectionData:
+    from dataclasses import replace
+
+    return replace(data, **changes)

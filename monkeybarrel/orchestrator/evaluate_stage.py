@@ -1,0 +1,54 @@
+"""Evaluate stage: coverage (pass@k), majority@k, and each selector's accuracy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core.config import ExperimentConfig
+from ..core.metrics import coverage_curve, default_ks, majority_at_k, selection_accuracy
+from ..core.selection_data import SelectionData
+
+
+def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
+             selections: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """All metrics as plain data (written to ``metrics.json``)."""
+    sizes = np.bincount(data.groups, minlength=data.n_problems) if data.n_candidates else np.zeros(0, int)
+    n_min = int(sizes.min()) if sizes.size else 0
+    ks = sorted(k for k in (config.evaluate.ks or default_ks(n_min)) if k >= 1)
+    metrics: dict[str, Any] = {
+        "n_problems": data.n_problems,
+        "n_candidates": data.n_candidates,
+        "samples_per_problem": {"min": n_min, "max": int(sizes.max()) if sizes.size else 0},
+        "sample_accuracy": float(labels.mean()) if labels.size else float("nan"),
+        "ks": ks,
+        "coverage": {},
+        "majority": {},
+        "selection": {},
+        "per_generator": {},
+    }
+    if data.n_candidates == 0:
+        return metrics
+    metrics["coverage"] = {str(k): v for k, v in coverage_curve(labels, data.groups, data.n_problems, ks).items()}
+    metrics["majority"] = {
+        str(k): majority_at_k(data.answers, labels, data.groups, data.tiebreak, data.n_problems, k,
+                              trials=config.evaluate.majority_trials, seed=config.seed)
+        for k in ks
+    }
+    for name, info in selections.items():
+        metrics["selection"][name] = {
+            "accuracy": selection_accuracy(info["chosen"], labels),
+            "uses_labels": info["uses_labels"],
+            "type": info["type"],
+            "abstained": int((info["chosen"] < 0).sum()),
+        }
+    for generator in sorted(set(data.generator_id.astype(str))):
+        rows = data.generator_id.astype(str) == generator
+        sub = data.subset(np.flatnonzero(rows))
+        metrics["per_generator"][generator] = {
+            "n_candidates": int(rows.sum()),
+            "sample_accuracy": float(labels[rows].mean()),
+            "coverage": {str(k): v for k, v in coverage_curve(labels[rows], sub.groups, sub.n_problems, ks).items()},
+        }
+    return metrics

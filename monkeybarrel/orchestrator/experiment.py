@@ -1,0 +1,106 @@
+"""``Experiment``: the Python handle on a stored experiment (tables, selection data, metrics)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.config import ExperimentConfig
+from ..core.records import ANSWER_SCHEMA, CANDIDATE_KEY, LABEL_SCHEMA, Problem, problems_from_table
+from ..core.selection_data import SelectionData
+from .store import ExperimentStore, StoreError
+
+
+class Experiment:
+    """Read access to an experiment directory.
+
+    Examples:
+        >>> exp = Experiment("runs/demo")                    # doctest: +SKIP
+        >>> exp.candidates().to_pandas().head()              # doctest: +SKIP
+        >>> data, labels = exp.selection_data(), exp.labels_array()   # doctest: +SKIP
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.store = ExperimentStore(directory)
+        if not self.store.config_path.is_file():
+            raise StoreError(f"{directory}: not an experiment directory (no config.yaml)")
+        self.config = ExperimentConfig.from_yaml(self.store.config_path)
+
+    @property
+    def directory(self) -> Path:
+        return self.store.root
+
+    def manifest(self) -> dict[str, Any]:
+        return self.store.read_manifest()
+
+    def problems(self) -> list[Problem]:
+        table = self.store.read_table("problems")
+        return problems_from_table(table) if table is not None else []
+
+    def candidates(self) -> pa.Table:
+        """Candidates of the configured generators, sorted by key."""
+        table = self.store.candidates()
+        ids = pa.array([g.id for g in self.config.generators])
+        table = table.filter(pa.compute.is_in(table.column("generator_id"), value_set=ids))
+        return table.sort_by([(k, "ascending") for k in CANDIDATE_KEY])
+
+    def scores(self) -> tuple[np.ndarray, tuple[str, ...], pa.Table]:
+        """``[n, m]`` scores aligned with ``candidates()`` for the configured verifiers, their names, failures."""
+        keys = self.candidates().select(list(CANDIDATE_KEY))
+        names = tuple(v.name for v in self.config.verifiers)
+        matrix = np.full((keys.num_rows, len(names)), np.nan)
+        failures = []
+        for column, name in enumerate(names):
+            table = self.store.scores(name)
+            if table.num_rows == 0:
+                continue
+            matrix[:, column] = _align(keys, table, "score")
+            failed = table.filter(pa.compute.is_valid(table.column("error")))
+            if failed.num_rows:
+                failures.append(failed)
+        failures_table = pa.concat_tables(failures) if failures else None
+        return matrix, names, failures_table
+
+    def answers(self) -> pa.Table:
+        return self.store.read_table("answers", ANSWER_SCHEMA)
+
+    def labels(self) -> pa.Table:
+        return self.store.read_table("labels", LABEL_SCHEMA)
+
+    def selection_data(self) -> SelectionData:
+        """Label-free data for selectors: keys, scores, answers (aligned with ``candidates()``)."""
+        candidates = self.candidates()
+        keys = candidates.select(list(CANDIDATE_KEY))
+        matrix, names, _ = self.scores()
+        answers = _align(keys, self.answers(), "answer", fill=None)
+        return SelectionData.build(keys, matrix, names, answers, texts=candidates.column("text").to_pylist())
+
+    def labels_array(self) -> np.ndarray:
+        """``[n]`` bool correctness aligned with ``candidates()`` (ground truth: evaluation only)."""
+        keys = self.candidates().select(list(CANDIDATE_KEY))
+        return np.asarray(_align(keys, self.labels(), "correct", fill=False), dtype=bool)
+
+    def selections(self) -> pa.Table | None:
+        return self.store.read_table("selections")
+
+    def metrics(self) -> dict[str, Any]:
+        path = self.store.root / "metrics.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _align(keys: pa.Table, table: pa.Table, column: str, fill: Any = np.nan) -> np.ndarray:
+    """Values of ``table[column]`` in the row order of ``keys`` (``fill`` where absent)."""
+    indexed = keys.append_column("__row", pa.array(np.arange(keys.num_rows)))
+    joined = indexed.join(table.select([*CANDIDATE_KEY, column]), keys=list(CANDIDATE_KEY), join_type="left outer")
+    out = np.empty(keys.num_rows, dtype=object if fill is None or isinstance(fill, bool) else np.float64)
+    out[:] = fill
+    rows = joined.column("__row").to_numpy()
+    values = joined.column(column).to_pylist()
+    for row, value in zip(rows, values):
+        if value is not None:
+            out[row] = value
+    return out

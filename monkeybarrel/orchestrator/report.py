@@ -1,0 +1,82 @@
+"""``report.md`` and ``coverage.png`` from stored metrics (rebuildable with ``monkeybarrel report DIR``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
+
+
+def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any], plot_name: str | None) -> str:
+    """The report text: summary, coverage / majority table, selection table, costs."""
+    lines = [f"# {name}", ""]
+    lines.append(f"{metrics.get('n_problems', 0)} problems, {metrics.get('n_candidates', 0)} candidates "
+                 f"({metrics['samples_per_problem']['min']}–{metrics['samples_per_problem']['max']} per problem); "
+                 f"mean sample accuracy {_pct(metrics.get('sample_accuracy'))} %.")
+    lines += ["", "## Coverage and majority vote against k", "",
+              "| k | coverage pass@k (%) | majority@k (%) |", "|---:|---:|---:|"]
+    for k in metrics.get("ks", []):
+        lines.append(f"| {k} | {_pct(metrics['coverage'].get(str(k)))} | {_pct(metrics['majority'].get(str(k)))} |")
+    lines += ["", "coverage: unbiased pass@k = 1 - C(n-c,k)/C(n,k); majority@k: mean over random k-subsets "
+              "(exact at k = n); truncated or failed samples do not vote.", ""]
+    if plot_name:
+        lines += [f"![coverage and majority accuracy against k]({plot_name})", ""]
+    lines += ["## Selection", "", "| method | accuracy (%) | uses labels | abstained |", "|---|---:|:---:|---:|"]
+    for method, info in metrics.get("selection", {}).items():
+        lines.append(f"| {method} | {_pct(info['accuracy'])} | {'yes' if info['uses_labels'] else 'no'} | {info['abstained']} |")
+    if len(metrics.get("per_generator", {})) > 1:
+        lines += ["", "## Per generator", "", "| generator | candidates | sample accuracy (%) | coverage@max k (%) |",
+                  "|---|---:|---:|---:|"]
+        for generator, info in metrics["per_generator"].items():
+            top = max(info["coverage"], key=int) if info["coverage"] else None
+            lines.append(f"| {generator} | {info['n_candidates']} | {_pct(info['sample_accuracy'])} | "
+                         f"{_pct(info['coverage'].get(top)) if top else '–'} |")
+    costs = manifest.get("costs", {})
+    if costs:
+        lines += ["", "## Cost", "", "| generator | candidates | prompt tokens | completion tokens | sampling wall s | errors | truncated |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for generator, info in costs.get("generators", {}).items():
+            lines.append(f"| {generator} | {info['candidates']} | {info['prompt_tokens']} | {info['completion_tokens']} | "
+                         f"{info['sample_wall_s']:.1f} | {info['errors']} | {info['truncated']} |")
+        stage_times = costs.get("stage_wall_s", {})
+        if stage_times:
+            lines += ["", "Stage wall time of the last run (s): " + ", ".join(f"{k} {v:.1f}" for k, v in stage_times.items())]
+    versions = manifest.get("package_versions", {})
+    lines += ["", f"Config hash `{manifest.get('config_hash', '?')}`; monkeybarrel {versions.get('monkeybarrel', '?')}, "
+              f"torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
+    """Coverage and majority@k against k (log2 axis) as a PNG; None when there is nothing to plot."""
+    ks = metrics.get("ks", [])
+    if not ks or not metrics.get("coverage"):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    ax.plot(ks, [100 * metrics["coverage"][str(k)] for k in ks], "o-", label="coverage (pass@k)")
+    ax.plot(ks, [100 * metrics["majority"][str(k)] for k in ks], "s-", label="majority@k")
+    for name, info in metrics.get("selection", {}).items():
+        if not info["uses_labels"] and not name.startswith("random"):
+            ax.axhline(100 * info["accuracy"], linestyle=":", linewidth=1, label=f"{name} (all samples)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("k (samples per problem)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(f"{metrics['n_problems']} problems")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,90 @@
+"""Sample stage: draw the missing (problem, sample) pairs of every generator into the store."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from ..core.config import ExperimentConfig
+from ..core.plugins import build_plugin
+from ..core.records import Candidate, Problem, candidates_to_table
+from ..samplers.base import SAMPLERS, SampleRequest, request_seed
+from .progress import progress_bar
+from .store import ExperimentStore
+
+
+def missing_requests(config: ExperimentConfig, generator_index: int, problems: list[Problem],
+                     done: dict[str, set[int]]) -> list[SampleRequest]:
+    """One request per problem with the sample indices not yet stored, seeded by what is sampled."""
+    spec = config.generators[generator_index]
+    requests = []
+    for problem in problems:
+        have = done.get(problem.problem_id, set())
+        missing = tuple(i for i in range(spec.num_samples) if i not in have)
+        if missing:
+            seed = request_seed(config.generator_seed(spec), spec.id, problem.problem_id, missing[0])
+            requests.append(SampleRequest(problem, missing, seed))
+    return requests
+
+
+def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems: list[Problem],
+                     show_progress: bool = True) -> dict[str, Any]:
+    """Generate and store every missing candidate; returns per-generator cost figures."""
+    stored = store.candidates()
+    done: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for pid, gid, idx in zip(stored.column("problem_id").to_pylist(), stored.column("generator_id").to_pylist(),
+                             stored.column("sample_index").to_pylist()):
+        done[gid][pid].add(idx)
+    costs: dict[str, Any] = {}
+    for index, spec in enumerate(config.generators):
+        requests = missing_requests(config, index, problems, done[spec.id])
+        if not requests:
+            continue
+        total = sum(len(r.sample_indices) for r in requests)
+        sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
+        started, tokens, errors, buffer, buffered_problems = time.perf_counter(), 0, 0, [], 0
+        try:
+            with progress_bar(f"sample {spec.id}", total, show_progress) as bar:
+                for candidates in sampler.sample(requests):
+                    buffer.extend(candidates)
+                    buffered_problems += 1
+                    tokens += sum(c.completion_tokens for c in candidates)
+                    errors += sum(c.finish_reason == "error" for c in candidates)
+                    elapsed = time.perf_counter() - started
+                    bar.advance(len(candidates), info=f"{tokens / max(elapsed, 1e-9):.0f} tok/s")
+                    if buffered_problems >= config.store.chunk_problems:
+                        _flush(store, buffer)
+                        buffer, buffered_problems = [], 0
+                _flush(store, buffer)
+        finally:
+            sampler.close()
+        costs[spec.id] = {"samples": total, "completion_tokens": tokens, "errors": errors,
+                          "wall_s": round(time.perf_counter() - started, 3)}
+    return costs
+
+
+def _flush(store: ExperimentStore, candidates: list[Candidate]) -> None:
+    if candidates:
+        store.append_chunk("candidates", candidates_to_table(candidates))
+
+
+def token_summary(candidates) -> dict[str, Any]:
+    """Token and time totals per generator from a candidate table."""
+    if candidates.num_rows == 0:
+        return {}
+    gids = np.asarray(candidates.column("generator_id").to_pylist(), dtype=object)
+    out = {}
+    for gid in sorted(set(gids)):
+        rows = gids == gid
+        out[gid] = {
+            "candidates": int(rows.sum()),
+            "prompt_tokens": int(np.nansum(np.asarray(candidates.column("prompt_tokens").to_pylist(), dtype=float)[rows])),
+            "completion_tokens": int(np.nansum(np.asarray(candidates.column("completion_tokens").to_pylist(), dtype=float)[rows])),
+            "sample_wall_s": round(float(np.nansum(np.asarray(candidates.column("wall_time_s").to_pylist(), dtype=float)[rows])), 3),
+            "errors": int(sum(r == "error" for r, keep in zip(candidates.column("finish_reason").to_pylist(), rows) if keep)),
+            "truncated": int(sum(r == "length" for r, keep in zip(candidates.column("finish_reason").to_pylist(), rows) if keep)),
+        }
+    return out

@@ -1,0 +1,60 @@
+"""Verify stage: score every stored candidate with every configured verifier (resumable)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+
+from ..core.config import ExperimentConfig
+from ..core.plugins import build_plugin
+from ..core.records import SCORE_SCHEMA, Problem, candidates_from_table
+from ..verifiers.base import VERIFIERS
+from .progress import progress_bar
+from .store import ExperimentStore
+
+_FLUSH_ROWS = 4096
+_FLUSH_SECONDS = 30.0
+
+
+def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems: list[Problem],
+                     show_progress: bool = True) -> dict[str, Any]:
+    """Score the candidates each verifier has not scored yet; failures are stored as NaN + error."""
+    if not config.verifiers:
+        return {}
+    by_problem = defaultdict(list)
+    for candidate in candidates_from_table(store.candidates()):
+        by_problem[candidate.problem_id].append(candidate)
+    costs: dict[str, Any] = {}
+    for index, spec in enumerate(config.verifiers):
+        stored = store.scores(spec.name)
+        done = set(zip(stored.column("problem_id").to_pylist(), stored.column("generator_id").to_pylist(),
+                       stored.column("sample_index").to_pylist()))
+        todo = [(p, [c for c in by_problem[p.problem_id] if (c.problem_id, c.generator_id, c.sample_index) not in done])
+                for p in problems]
+        todo = [(p, cs) for p, cs in todo if cs]
+        if not todo:
+            continue
+        verifier = build_plugin(VERIFIERS, spec.type, f"verifiers[{index}]", name=spec.name, **spec.options)
+        started, rows, failures, last_flush = time.perf_counter(), [], 0, time.perf_counter()
+        try:
+            with progress_bar(f"verify {spec.name}", sum(len(cs) for _, cs in todo), show_progress) as bar:
+                for problem, candidates in todo:
+                    scores, errors = verifier.score_safely(problem, candidates)
+                    failures += sum(e is not None for e in errors)
+                    rows.extend({"problem_id": c.problem_id, "generator_id": c.generator_id, "sample_index": c.sample_index,
+                                 "verifier": spec.name, "score": float(s), "error": e}
+                                for c, s, e in zip(candidates, scores, errors))
+                    bar.advance(len(candidates))
+                    if len(rows) >= _FLUSH_ROWS or time.perf_counter() - last_flush > _FLUSH_SECONDS:
+                        store.append_chunk(f"scores/{spec.name}", pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+                        rows, last_flush = [], time.perf_counter()
+                if rows:
+                    store.append_chunk(f"scores/{spec.name}", pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+        finally:
+            verifier.close()
+        costs[spec.name] = {"scored": sum(len(cs) for _, cs in todo), "failures": failures,
+                            "wall_s": round(time.perf_counter() - started, 3)}
+    return costs
