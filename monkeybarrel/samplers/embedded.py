@@ -16,7 +16,7 @@ from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler
 from .decoding import sample_next
 from .kv_cache import GrowingCache
-from .models import resolve_model
+from ..core.models import resolve_model
 
 
 @SAMPLERS.register("embedded")
