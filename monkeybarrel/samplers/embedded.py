@@ -1,22 +1,40 @@
 """The embedded default sampler: a HF causal LM on CPU (SmolLM2-135M-Instruct from its GGUF).
 
-For each request the prompt is encoded and prefilled once, its KV cache is repeated for the n
-samples, and the n continuations decode together as one batch. Finished rows leave the batch
-(their cache rows are dropped), so late steps cost only what is still running.
+Decoding on a small CPU model is bound by reading the weights once per step, so rows are
+cheap: several requests (problems) decode together in one batch of up to ``max_batch`` rows.
+Each prompt is prefilled once (left-padded with its batch-mates) and its KV cache rows are
+repeated for its n samples. Finished rows leave the batch (their cache rows are dropped), and a
+request's candidates are yielded as soon as all of its rows have finished. Each request draws
+from its own seeded RNG.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
 import torch
 
 from ..core.config import GeneratorSpec
+from ..core.models import resolve_model
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler
 from .decoding import sample_next
 from .kv_cache import GrowingCache
-from ..core.models import resolve_model
+
+
+@dataclass
+class _Group:
+    """One request's rows inside a decode batch."""
+
+    request: SampleRequest
+    indices: tuple[int, ...]
+    prompt_ids: torch.Tensor
+    generator: torch.Generator
+    tokens: list[list[int]] = field(default_factory=list)
+    finish: list[str] = field(default_factory=list)
+    started: float = 0.0
 
 
 @SAMPLERS.register("embedded")
@@ -27,7 +45,7 @@ class EmbeddedSampler(Sampler):
         spec: generator configuration; ``spec.model`` is ``smollm2-135m-instruct`` (default),
             a local HF directory, a ``.gguf`` file or a hub id.
         num_threads: torch CPU threads (default: torch's choice).
-        max_batch: most samples decoded at once; a request with more indices is split.
+        max_batch: most rows (samples) decoded together, across requests.
     """
 
     def __init__(self, spec: GeneratorSpec, num_threads: int | None = None, max_batch: int = 64) -> None:
@@ -54,6 +72,8 @@ class EmbeddedSampler(Sampler):
         eos = config_eos if isinstance(config_eos, list) else [config_eos]
         eos = [e for e in [*eos, self._tokenizer.eos_token_id] if e is not None]
         self._eos = torch.tensor(sorted(set(eos)), dtype=torch.long)
+        pad = self._tokenizer.pad_token_id
+        self._pad = int(pad if pad is not None else self._eos[0])
 
     @property
     def model(self):
@@ -66,75 +86,124 @@ class EmbeddedSampler(Sampler):
         return self._tokenizer
 
     def encode(self, request: SampleRequest) -> torch.Tensor:
-        """Chat-templated prompt ids ``[1, prompt_len]``."""
+        """Chat-templated prompt ids ``[prompt_len]``."""
         encoded = self.tokenizer.apply_chat_template(
             self.messages(request.problem), add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
-        return encoded["input_ids"]
+        return encoded["input_ids"][0]
 
     # ---- sampling ------------------------------------------------------------------------
     def _sample(self, request: SampleRequest) -> list[Candidate]:
-        prompt_ids = self.encode(request)
-        generator = torch.Generator().manual_seed(request.seed)
-        candidates: list[Candidate] = []
-        indices = list(request.sample_indices)
-        for start in range(0, len(indices), self.max_batch):
-            batch = indices[start : start + self.max_batch]
-            began = time.perf_counter()
-            tokens, finish = self.decode(prompt_ids, len(batch), generator)
-            share = (time.perf_counter() - began) / len(batch)
-            for row, sample_index in enumerate(batch):
-                candidates.append(
-                    Candidate(
-                        problem_id=request.problem.problem_id, generator_id=self.generator_id,
-                        sample_index=sample_index,
-                        text=self.tokenizer.decode(tokens[row], skip_special_tokens=True),
-                        prompt_tokens=int(prompt_ids.shape[1]), completion_tokens=len(tokens[row]),
-                        finish_reason=finish[row], wall_time_s=share, seed=request.seed,
-                    )
-                )
-        return candidates
+        return [c for batch in self.sample([request]) for c in batch]
+
+    def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
+        """Yield each request's candidates; requests are packed into batches of ``max_batch`` rows."""
+        pending: list[_Group] = []
+        rows = 0
+        for request in requests:
+            try:
+                prompt_ids = self.encode(request)
+            except Exception as exc:
+                yield self.failed(request, exc, 0.0)
+                continue
+            generator = torch.Generator().manual_seed(request.seed)
+            indices = list(request.sample_indices)
+            pieces = [tuple(indices[i : i + self.max_batch]) for i in range(0, len(indices), self.max_batch)]
+            parts: list[_Group] = [_Group(request, piece, prompt_ids, generator) for piece in pieces]
+            for group in parts:
+                if rows + len(group.indices) > self.max_batch and pending:
+                    yield from self._run_batch(pending)
+                    pending, rows = [], 0
+                pending.append(group)
+                rows += len(group.indices)
+        if pending:
+            yield from self._run_batch(pending)
+
+    def _run_batch(self, groups: list[_Group]) -> Iterator[list[Candidate]]:
+        started = time.perf_counter()
+        try:
+            finished = self.decode(groups)
+            for group in finished:
+                yield self._candidates(group, started)
+        except Exception as exc:  # the whole batch failed: record every request's failure
+            for group in groups:
+                yield self.failed(SampleRequest(group.request.problem, group.indices, group.request.seed), exc,
+                                  time.perf_counter() - started)
+
+    def _candidates(self, group: _Group, started: float) -> list[Candidate]:
+        share = (time.perf_counter() - started) / max(len(group.indices), 1)
+        return [
+            Candidate(
+                problem_id=group.request.problem.problem_id, generator_id=self.generator_id, sample_index=index,
+                text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                prompt_tokens=int(group.prompt_ids.shape[0]), completion_tokens=len(tokens),
+                finish_reason=finish, wall_time_s=share, seed=group.request.seed,
+            )
+            for index, tokens, finish in zip(group.indices, group.tokens, group.finish)
+        ]
 
     @torch.inference_mode()
-    def decode(self, prompt_ids: torch.Tensor, n: int, generator: torch.Generator) -> tuple[list[list[int]], list[str]]:
-        """Decode ``n`` continuations of one prompt.
+    def decode(self, groups: list[_Group]) -> Iterator[_Group]:
+        """Decode all rows of ``groups`` together; yields each group once all its rows finished.
 
-        Args:
-            prompt_ids: ``[1, prompt_len]`` token ids.
-            n: number of samples.
-            generator: RNG for sampling.
-
-        Returns:
-            per sample, the generated token ids (the stop token excluded) and the finish reason
-            (``stop`` or ``length``).
+        Prompts are left-padded to a common length ``L`` and prefilled in one forward pass
+        (``[G, L]``); each group's cache row is then repeated once per sample, giving
+        ``[rows, heads, L, head_dim]`` caches and a ``[rows, L]`` attention mask that grows by one
+        column per step.
         """
         spec, model = self.spec, self.model
+        lengths = torch.tensor([g.prompt_ids.shape[0] for g in groups])
+        width = int(lengths.max())
+        ids = torch.full((len(groups), width), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(groups), width), dtype=torch.long)
+        for row, group in enumerate(groups):
+            ids[row, width - lengths[row]:] = group.prompt_ids
+            mask[row, width - lengths[row]:] = 1
+            group.tokens = [[] for _ in group.indices]
+            group.finish = ["length"] * len(group.indices)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = GrowingCache()
-        out = model(input_ids=prompt_ids, past_key_values=cache, use_cache=True)
-        cache.batch_repeat_interleave(n)
-        logits = out.logits[:, -1, :].expand(n, -1)
-        position = prompt_ids.shape[1]
-        active = torch.arange(n)  # sample rows still decoding, in cache order
-        tokens: list[list[int]] = [[] for _ in range(n)]
-        finish = ["length"] * n
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+        counts = torch.tensor([len(g.indices) for g in groups])
+        expand = torch.repeat_interleave(torch.arange(len(groups)), counts)
+        cache.batch_select_indices(expand)
+        mask = mask[expand]
+        logits = out.logits[expand, -1, :]
+        position = lengths[expand].clone()
+        # Row bookkeeping: which group and which of its samples each batch row is.
+        row_group = expand.clone()
+        row_sample = torch.cat([torch.arange(int(c)) for c in counts])
+        remaining = counts.clone()
         for step in range(spec.max_tokens):
-            next_ids = sample_next(logits, spec.temperature, spec.top_p, generator)
+            next_ids = torch.empty(len(row_group), dtype=torch.long)
+            for g in torch.unique(row_group).tolist():
+                rows = (row_group == g).nonzero().squeeze(-1)
+                next_ids[rows] = sample_next(logits[rows], spec.temperature, spec.top_p, groups[g].generator)
             stopped = torch.isin(next_ids, self._eos)
-            for row, token, done in zip(active.tolist(), next_ids.tolist(), stopped.tolist()):
+            for g, s, token, done in zip(row_group.tolist(), row_sample.tolist(), next_ids.tolist(), stopped.tolist()):
                 if done:
-                    finish[row] = "stop"
+                    groups[g].finish[s] = "stop"
+                    remaining[g] -= 1
                 else:
-                    tokens[row].append(token)
+                    groups[g].tokens[s].append(token)
+            if stopped.any():
+                for g in torch.unique(row_group[stopped]).tolist():
+                    if remaining[g] == 0:
+                        yield groups[g]
             if step == spec.max_tokens - 1:
                 break
             if stopped.any():
                 keep = (~stopped).nonzero().squeeze(-1)
                 if keep.numel() == 0:
-                    break
+                    return
                 cache.batch_select_indices(keep)
-                active, next_ids = active[keep], next_ids[keep]
-            positions = torch.full((len(active), 1), position, dtype=torch.long)
-            out = model(input_ids=next_ids[:, None], past_key_values=cache, position_ids=positions, use_cache=True)
+                mask, position = mask[keep], position[keep]
+                row_group, row_sample, next_ids = row_group[keep], row_sample[keep], next_ids[keep]
+            mask = torch.cat([mask, torch.ones((len(row_group), 1), dtype=mask.dtype)], dim=1)
+            out = model(input_ids=next_ids[:, None], attention_mask=mask, position_ids=position[:, None],
+                        past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1, :]
             position += 1
-        return tokens, finish
+        for g in torch.unique(row_group).tolist():  # rows that hit max_tokens
+            if remaining[g] > 0:
+                yield groups[g]

@@ -36,7 +36,16 @@ def answer_key(text: str | None) -> str | None:
     parsed = _parse(text)
     if not parsed:
         return None
-    return str(parsed[0]).replace(" ", "")
+    return str(_canonical(parsed[0])).replace(" ", "")
+
+
+def _canonical(value):
+    """Exact rationals for decimals (``0.75`` -> ``3/4``, ``18.0`` -> ``18``) so equal answers share a key."""
+    import sympy
+
+    if isinstance(value, sympy.Float):
+        return sympy.nsimplify(value, rational=True)
+    return value
 
 
 def is_equivalent(text: str | None, reference: str | None) -> bool:
