@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print_summary(experiment.metrics(), experiment.directory)
         return 0
     except (ConfigError, ConfigConflictError, TaskDataError, StoreError, UnknownNameError) as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
 
 

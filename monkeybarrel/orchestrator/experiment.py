@@ -25,9 +25,9 @@ class Experiment:
     """
 
     def __init__(self, directory: str | Path) -> None:
-        self.store = ExperimentStore(directory)
-        if not self.store.config_path.is_file():
+        if not (Path(directory) / "config.yaml").is_file():
             raise StoreError(f"{directory}: not an experiment directory (no config.yaml)")
+        self.store = ExperimentStore(directory)
         self.config = ExperimentConfig.from_yaml(self.store.config_path)
 
     @property

@@ -85,7 +85,9 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
     Returns:
         An ``Experiment`` handle on the directory.
     """
-    task = build_task(config)  # validate the task before touching the directory
+    began = time.perf_counter()
+    task = build_task(config)  # task and data are checked before the directory is touched
+    problems = task.load()
     store, manifest = open_store(config, out_dir, force)
     store.write_text("config.yaml", config.to_yaml())
     run_record: dict[str, Any] = {"started": now(), "config_hash": manifest.get("config_hash")}
@@ -94,8 +96,6 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
     store.write_manifest(manifest)
 
     stage_times: dict[str, float] = {}
-    began = time.perf_counter()
-    problems = task.load()
     store_problems(store, problems)
     stage_times["load"] = time.perf_counter() - began
 
