@@ -6,6 +6,7 @@ installed (it is not a core dependency; CI without it skips).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def test_parity_vs_sdpa_replicated(shape, dtype, mode):
     lens = [S] * B if kind == "full" else _ragged(B, S, seed=B + S)
     q, kp, vp, ks, vs, sl = _inputs(B, Hq, Hkv, D, P, S, lens, dtype, "cuda", seed=P)
     out = torch.full((B, Hq, D), float("nan"), device="cuda", dtype=dtype)  # poisoned: every row must be written
-    cfg = default_config(D).__class__(**{**default_config(D).__dict__, "mode": mode})
+    cfg = dataclasses.replace(default_config(D), mode=mode)
     _, lse = hydragen_decode_attention(q, kp, vp, ks, vs, sl, config=cfg, out=out, return_lse=True)
     ref = _sdpa_replicated(q, kp, vp, ks, vs, sl)
     ref32, lse32 = shared_prefix_attention_reference(q, kp, vp, ks, vs, sl, return_lse=True)
@@ -141,11 +142,12 @@ def test_rejects_bad_inputs():
 _INTERPRETER_SCRIPT = textwrap.dedent("""
     import numpy as np, torch
     import triton.runtime.interpreter as I
-    _orig = I._patch_lang_tensor
-    def _patched(tensor, scope):  # triton 3.6 interpreter vs numpy>=2.4: int() of a 1-element 1-d array
-        _orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-    I._patch_lang_tensor = _patched
+    if hasattr(I, "_patch_lang_tensor"):  # triton 3.6 interpreter vs numpy>=2.4: int() of a 1-elem 1-d array
+        _orig = I._patch_lang_tensor
+        def _patched(tensor, scope):
+            _orig(tensor, scope)
+            scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+        I._patch_lang_tensor = _patched
     from monkeybarrel.kernels.hydragen_launch import HydragenConfig, hydragen_decode_attention
     from monkeybarrel.kernels.reference import replicated_attention_reference
     torch.manual_seed(0)
@@ -154,6 +156,9 @@ _INTERPRETER_SCRIPT = textwrap.dedent("""
                                                                  prefix_splits=2, suffix_splits=2, maxnreg=None)),
         (3, 4, 4, 128, 64, 40, [5, 40, 17], HydragenConfig(block_m=16, block_n=16, block_ns=16, mode="serial")),
         (4, 28, 4, 64, 37, 16, [16, 3, 0, 9], HydragenConfig(block_m=16, block_n=16, block_ns=16)),
+        (4, 28, 4, 64, 37, 16, [16, 3, 0, 9], HydragenConfig(block_m=32, block_n=16, block_ns=16, prefix_splits=2,
+                                                             suffix_first=True)),
+        (4, 8, 2, 64, 37, 16, [16, 3, 0, 9], HydragenConfig(block_m=16, block_n=16, block_ns=16, inline_merge=False)),
     ]
     for B, Hq, Hkv, D, P, S, lens, cfg in cases:
         # fp16 only: the interpreter's bf16 dot is wrong with this numpy
@@ -165,6 +170,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent("""
         err = (out.float() - replicated_attention_reference(q, kp, vp, ks, vs, sl).float()).abs().max().item()
         print(B, Hq, Hkv, D, P, S, err)
         assert err < 2e-3, err
+    from monkeybarrel.kernels import hydragen_launch as L
+    assert all(int(c.abs().sum()) == 0 for c in L._COUNTERS.values())  # inline merge left counters zeroed
     print("OK")
 """)
 

@@ -37,6 +37,8 @@ class HydragenConfig:
     num_warps / num_stages / maxnreg: prefix tiles (and fused grid). maxnreg=128 lets two 8-warp
         programs share an SM.
     suffix_warps / suffix_stages: suffix launch in the two-launch modes.
+    inline_merge: the last tile to finish a row merges it (no merge launch); else a merge launch.
+    suffix_first: in the fused grid, give suffix tiles the low program ids.
     """
 
     block_m: int = 128
@@ -50,6 +52,8 @@ class HydragenConfig:
     maxnreg: int | None = 128
     suffix_warps: int = 4
     suffix_stages: int = 3
+    inline_merge: bool = True
+    suffix_first: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("fused", "streams", "serial"):
@@ -66,10 +70,13 @@ def candidate_configs(D: int) -> list[HydragenConfig]:
     base = default_config(D)
     return [
         base,
+        dataclasses.replace(base, inline_merge=False),
         dataclasses.replace(base, maxnreg=None),
         dataclasses.replace(base, block_ns=128),
+        dataclasses.replace(base, suffix_first=True),
         dataclasses.replace(base, mode="streams"),
-        dataclasses.replace(base, mode="serial"),
+        dataclasses.replace(base, mode="streams", inline_merge=False),
+        dataclasses.replace(base, mode="serial", inline_merge=False),
     ]
 
 
@@ -128,6 +135,22 @@ def plan(B: int, Hkv: int, G: int, P: int, S: int, cfg: HydragenConfig, num_sms:
 
 
 _SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def _arrival_counters(device: torch.device, n: int) -> torch.Tensor:
+    """Zeroed int32 arrival counters for the inline merge, one buffer per (device, stream).
+
+    Every launch leaves them zeroed again (the last arriver of a row resets its counter), so the
+    buffer is reused across calls and CUDA-graph replays. Launches on one stream run in order; a
+    launch on another stream gets its own buffer.
+    """
+    key = (device, torch.cuda.current_stream(device).stream_id) if device.type == "cuda" else (device, 0)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
+        _COUNTERS[key] = buf
+    return buf
 
 
 def _side_stream(device: torch.device) -> torch.cuda.Stream:
@@ -209,18 +232,22 @@ def hydragen_decode_attention(
     ls = torch.empty((B, Hkv, pl.suffix_splits, G), device=dev, dtype=torch.float32)
     if out is None:
         out = torch.empty((B, Hq, D), device=dev, dtype=q.dtype)
-    lse = torch.empty((B, Hq), device=dev, dtype=torch.float32) if return_lse else op  # dummy when unused
+    lse = torch.empty((B, Hq), device=dev, dtype=torch.float32) if return_lse else lp  # dummy when unused
+    cnt = _arrival_counters(dev, B * Hq) if cfg.inline_merge else ls  # dummy when unused
     n_prefix = Hkv * pl.n_prefix_tiles_per_head
     n_suffix = B * Hkv * pl.suffix_splits
     block_g = max(16, triton.next_power_of_2(G))
-    args = (q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens, op, lp, os_, ls,
-            n_rows, P, pl.prefix_chunk, pl.suffix_chunk, scale * _LOG2E, n_prefix,
+    args = (q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens, op, lp, os_, ls, cnt, out, lse,
+            n_rows, P, pl.prefix_chunk, pl.suffix_chunk, scale * _LOG2E, n_prefix, n_suffix,
             q.stride(0), q.stride(1),
             k_prefix.stride(0), k_prefix.stride(1), v_prefix.stride(0), v_prefix.stride(1),
             k_suffix.stride(0), k_suffix.stride(1), k_suffix.stride(2),
             v_suffix.stride(0), v_suffix.stride(1), v_suffix.stride(2),
+            out.stride(0), out.stride(1),
             Hkv, pl.n_m_tiles, pl.prefix_splits, pl.suffix_splits)
-    meta = dict(G=G, D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_G=block_g, BLOCK_NS=cfg.block_ns)
+    meta = dict(G=G, D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_G=block_g, BLOCK_NS=cfg.block_ns,
+                SUFFIX_FIRST=cfg.suffix_first, INLINE_MERGE=cfg.inline_merge, WRITE_LSE=return_lse,
+                MERGE_ROWS=min(32, cfg.block_m))
     prefix_opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if cfg.maxnreg:
         prefix_opts["maxnreg"] = cfg.maxnreg
@@ -238,12 +265,13 @@ def hydragen_decode_attention(
             _hydragen_kernel[(n_prefix,)](*args, **meta, PHASE=1, **prefix_opts)
         _hydragen_kernel[(n_suffix,)](*args, **meta, PHASE=2, **suffix_opts)
         main.wait_stream(side)
-        for t in (q, k_prefix, v_prefix, op, lp):
+        for t in (q, k_prefix, v_prefix, op, lp, os_, ls, out, lse):
             t.record_stream(side)
-    _merge_kernel[(B * Hkv,)](op, lp, os_, ls, out, lse, n_rows, out.stride(0), out.stride(1),
-                              Hkv, pl.prefix_splits, pl.suffix_splits,
-                              G=G, D=D, BLOCK_G=triton.next_power_of_2(G), WRITE_LSE=return_lse,
-                              num_warps=4 if D >= 128 else 2)
+    if not cfg.inline_merge:
+        _merge_kernel[(B * Hkv,)](op, lp, os_, ls, out, lse, n_rows, out.stride(0), out.stride(1),
+                                  Hkv, pl.prefix_splits, pl.suffix_splits,
+                                  G=G, D=D, BLOCK_G=triton.next_power_of_2(G), WRITE_LSE=return_lse,
+                                  num_warps=4 if D >= 128 else 2)
     return (out, lse) if return_lse else out
 
 

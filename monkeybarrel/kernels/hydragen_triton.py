@@ -20,8 +20,12 @@ Two launches per decode step:
    memory-bound suffix work fills the rest of the machine alongside it (one launch, overlapped).
    Every tile writes a float32 partial output normalised over its keys and its log2-sum-exp.
 
-2. ``_merge_kernel`` -- one program per ``(b, hkv)``: exact log-sum-exp merge of all partials of a
-   row, written in the output dtype (optionally with the natural-log LSE).
+2. The exact log-sum-exp merge of all partials of a row, written in the output dtype (optionally
+   with the natural-log LSE). Either a second launch, ``_merge_kernel`` (one program per
+   ``(b, hkv)``), or inline (``INLINE_MERGE``): every tile counts its arrival on a per-row counter
+   (atomic, acquire-release) after writing its partials, and the tile that arrives last for a row
+   merges that row. No tile ever waits for another, so the grid order cannot deadlock; the last
+   arriver resets the counter to zero for the next launch.
 
 Softmax runs in base 2 (``exp2``) with ``qk_scale = scale * log2(e)``.
 """
@@ -83,6 +87,70 @@ def _finish(acc, l_i, m_i):
 
 
 @triton.jit
+def _merge_rows(b, g, hkv, ok, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
+                HKV, N_PSPLITS, N_SSPLITS,
+                G: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr):
+    """Merge every partial of rows ``(b, g)`` (vectors ``[R]``, int64 b) of KV head hkv where ``ok``.
+
+    Prefix partials ``OP/LP[hkv, sp, b*G+g]``, suffix partials ``OS/LS[b, hkv, ss, g]`` (log2 LSE);
+    writes ``OUT[b, hkv*G+g, :]`` and, if WRITE_LSE, ``LSE_OUT[b, hkv*G+g]`` (natural log).
+    Partials are loaded with ``.cg`` (L2, not L1): other SMs wrote them during this launch.
+    """
+    offs_d = tl.arange(0, D)
+    rows = b * G + g
+    m = tl.full(g.shape, float("-inf"), dtype=tl.float32)
+    for sp in range(N_PSPLITS):
+        part = (hkv * N_PSPLITS + sp) * n_rows + rows
+        m = tl.maximum(m, tl.load(LP + part, mask=ok, other=float("-inf"), cache_modifier=".cg"))
+    for ss in range(N_SSPLITS):
+        part = ((b * HKV + hkv) * N_SSPLITS + ss) * G + g
+        m = tl.maximum(m, tl.load(LS + part, mask=ok, other=float("-inf"), cache_modifier=".cg"))
+    m = tl.where(m == float("-inf"), 0.0, m)
+    acc = tl.zeros([g.shape[0], D], dtype=tl.float32)
+    den = tl.zeros(g.shape, dtype=tl.float32)
+    for sp in range(N_PSPLITS):
+        part = (hkv * N_PSPLITS + sp) * n_rows + rows
+        w = tl.math.exp2(tl.load(LP + part, mask=ok, other=float("-inf"), cache_modifier=".cg") - m)
+        o = tl.load(OP + part[:, None] * D + offs_d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
+        acc += w[:, None] * o
+        den += w
+    for ss in range(N_SSPLITS):
+        part = ((b * HKV + hkv) * N_SSPLITS + ss) * G + g
+        w = tl.math.exp2(tl.load(LS + part, mask=ok, other=float("-inf"), cache_modifier=".cg") - m)
+        o = tl.load(OS + part[:, None] * D + offs_d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
+        acc += w[:, None] * o
+        den += w
+    den_safe = tl.where(den > 0.0, den, 1.0)
+    head = hkv * G + g
+    tl.store(OUT + b[:, None] * stride_ob + head[:, None] * stride_oh + offs_d[None, :],
+             (acc / den_safe[:, None]).to(OUT.dtype.element_ty), mask=ok[:, None])
+    if WRITE_LSE:
+        lse = tl.where(den > 0.0, (m + tl.math.log2(den_safe)) * 0.6931471805599453, float("-inf"))
+        tl.store(LSE_OUT + b * (HKV * G) + head, lse, mask=ok)
+
+
+@triton.jit
+def _arrive_and_merge(b, g, hkv, ok, CNT, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
+                      HKV, N_PSPLITS, N_SSPLITS,
+                      G: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr):
+    """After this tile stored its partials of rows (b, g): count the arrival; merge the rows it completed.
+
+    ``CNT[hkv, b*G+g]`` int32 counts arrivals; a row is complete after ``N_PSPLITS + N_SSPLITS``.
+    The barrier before the atomic orders all threads' partial stores before the release; the one
+    after orders the acquire before other threads' loads.
+    """
+    cidx = hkv * n_rows + b * G + g
+    tl.debug_barrier()
+    old = tl.atomic_add(CNT + cidx, 1, mask=ok, sem="acq_rel", scope="gpu")
+    last = ok & (old == N_PSPLITS + N_SSPLITS - 1)
+    tl.debug_barrier()
+    if tl.sum(last.to(tl.int32), axis=0) > 0:
+        _merge_rows(b, g, hkv, last, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
+                    HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
+        tl.store(CNT + cidx, 0, mask=last)
+
+
+@triton.jit
 def _prefix_tile(tile, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
                  stride_qb, stride_qh, stride_kph, stride_kpn, stride_vph, stride_vpn,
                  N_M_TILES, N_PSPLITS,
@@ -90,6 +158,7 @@ def _prefix_tile(tile, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
     """Prefix tile ``(hkv, split, m)``: rows ``r = b*G + g`` of KV head ``hkv`` vs prefix chunk ``split``.
 
     Writes ``OP[hkv, split, r, :]`` (fp32, ``[Hkv, NSP, B*G, D]``) and ``LP[hkv, split, r]``.
+    Returns ``(m_tile, hkv)`` for the merge.
     """
     m_tile = tile % N_M_TILES
     rest = tile // N_M_TILES
@@ -98,7 +167,8 @@ def _prefix_tile(tile, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
     rows = m_tile * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     b = (rows // G).to(tl.int64)
-    head = hkv * G + rows % G
+    g = rows % G
+    head = hkv * G + g
     offs_d = tl.arange(0, D)
     q = tl.load(Q + b[:, None] * stride_qb + head[:, None] * stride_qh + offs_d[None, :],
                 mask=row_ok[:, None], other=0.0)
@@ -113,6 +183,7 @@ def _prefix_tile(tile, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
     part = (hkv * N_PSPLITS + split).to(tl.int64) * n_rows + rows
     tl.store(OP + part[:, None] * D + offs_d[None, :], o, mask=row_ok[:, None])
     tl.store(LP + part, lse2, mask=row_ok)
+    return m_tile, hkv
 
 
 @triton.jit
@@ -123,105 +194,88 @@ def _suffix_tile(tile, Q, KS, VS, LENS, OS, LS, suffix_chunk, qk_scale,
     """Suffix tile ``(b, hkv, split)``: the G heads of sequence b vs rows of its suffix chunk ``split``.
 
     Only rows ``< suffix_lens[b]`` count. Writes ``OS[b, hkv, split, g, :]`` (fp32,
-    ``[B, Hkv, NSS, G, D]``) and ``LS[b, hkv, split, g]``.
+    ``[B, Hkv, NSS, G, D]``) and ``LS[b, hkv, split, g]``. Returns ``(b, g, hkv, g_ok)``.
     """
     split = tile % N_SSPLITS
     bh = tile // N_SSPLITS
     hkv = bh % HKV
-    b = (bh // HKV).to(tl.int64)
+    b1 = (bh // HKV).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
     g_ok = g < G
     offs_d = tl.arange(0, D)
-    q = tl.load(Q + b * stride_qb + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
+    q = tl.load(Q + b1 * stride_qb + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
                 mask=g_ok[:, None], other=0.0)
-    length = tl.load(LENS + b)
+    length = tl.load(LENS + b1)
     lo = split * suffix_chunk
     hi = tl.minimum(lo + suffix_chunk, length)
     acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     acc, l_i, m_i = _attend_range(acc, l_i, m_i, q,
-                                  KS + b * stride_ksb + hkv * stride_ksh, VS + b * stride_vsb + hkv * stride_vsh,
+                                  KS + b1 * stride_ksb + hkv * stride_ksh, VS + b1 * stride_vsb + hkv * stride_vsh,
                                   stride_ksn, stride_vsn, lo, hi, qk_scale, D, BLOCK_N)
     o, lse2 = _finish(acc, l_i, m_i)
     part = tile.to(tl.int64) * G + g
     tl.store(OS + part[:, None] * D + offs_d[None, :], o, mask=g_ok[:, None])
     tl.store(LS + part, lse2, mask=g_ok)
+    b = tl.zeros([BLOCK_G], dtype=tl.int64) + b1
+    return b, g, hkv, g_ok
 
 
 @triton.jit
 def _hydragen_kernel(
-    Q, KP, VP, KS, VS, LENS, OP, LP, OS, LS,
-    n_rows, P, prefix_chunk, suffix_chunk, qk_scale, n_prefix_tiles,
+    Q, KP, VP, KS, VS, LENS, OP, LP, OS, LS, CNT, OUT, LSE_OUT,
+    n_rows, P, prefix_chunk, suffix_chunk, qk_scale, n_prefix_tiles, n_suffix_tiles,
     stride_qb, stride_qh,
     stride_kph, stride_kpn, stride_vph, stride_vpn,
     stride_ksb, stride_ksh, stride_ksn, stride_vsb, stride_vsh, stride_vsn,
+    stride_ob, stride_oh,
     HKV, N_M_TILES, N_PSPLITS, N_SSPLITS,
     G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_NS: tl.constexpr, PHASE: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_NS: tl.constexpr, PHASE: tl.constexpr, SUFFIX_FIRST: tl.constexpr,
+    INLINE_MERGE: tl.constexpr, WRITE_LSE: tl.constexpr, MERGE_ROWS: tl.constexpr,
 ):
-    """PHASE 0: prefix tiles (pid < n_prefix_tiles) and suffix tiles in one grid; 1: prefix only; 2: suffix only."""
+    """PHASE 0: prefix and suffix tiles in one grid (prefix tiles first unless SUFFIX_FIRST);
+    PHASE 1: prefix tiles only; PHASE 2: suffix tiles only. INLINE_MERGE: see the module docstring."""
     pid = tl.program_id(0)
-    if PHASE == 1:
-        _prefix_tile(pid, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
-                     stride_qb, stride_qh, stride_kph, stride_kpn, stride_vph, stride_vpn,
-                     N_M_TILES, N_PSPLITS, G, D, BLOCK_M, BLOCK_N)
-    elif PHASE == 2:
-        _suffix_tile(pid, Q, KS, VS, LENS, OS, LS, suffix_chunk, qk_scale,
-                     stride_qb, stride_qh, stride_ksb, stride_ksh, stride_ksn, stride_vsb, stride_vsh, stride_vsn,
-                     HKV, N_SSPLITS, G, D, BLOCK_G, BLOCK_NS)
-    else:
-        if pid < n_prefix_tiles:
-            _prefix_tile(pid, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
-                         stride_qb, stride_qh, stride_kph, stride_kpn, stride_vph, stride_vpn,
-                         N_M_TILES, N_PSPLITS, G, D, BLOCK_M, BLOCK_N)
+    if PHASE == 0:
+        if SUFFIX_FIRST:
+            is_prefix = pid >= n_suffix_tiles
+            tile = tl.where(is_prefix, pid - n_suffix_tiles, pid)
         else:
-            _suffix_tile(pid - n_prefix_tiles, Q, KS, VS, LENS, OS, LS, suffix_chunk, qk_scale,
-                         stride_qb, stride_qh, stride_ksb, stride_ksh, stride_ksn, stride_vsb, stride_vsh, stride_vsn,
-                         HKV, N_SSPLITS, G, D, BLOCK_G, BLOCK_NS)
+            is_prefix = pid < n_prefix_tiles
+            tile = tl.where(is_prefix, pid, pid - n_prefix_tiles)
+    else:
+        is_prefix = PHASE == 1
+        tile = pid
+    if is_prefix:
+        m_tile, phkv = _prefix_tile(tile, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
+                                    stride_qb, stride_qh, stride_kph, stride_kpn, stride_vph, stride_vpn,
+                                    N_M_TILES, N_PSPLITS, G, D, BLOCK_M, BLOCK_N)
+        if INLINE_MERGE:  # in chunks of MERGE_ROWS rows, to bound registers
+            for c in tl.static_range(BLOCK_M // MERGE_ROWS):
+                rows = m_tile * BLOCK_M + c * MERGE_ROWS + tl.arange(0, MERGE_ROWS)
+                _arrive_and_merge((rows // G).to(tl.int64), rows % G, phkv, rows < n_rows, CNT, OP, LP, OS, LS,
+                                  OUT, LSE_OUT, n_rows, stride_ob, stride_oh, HKV, N_PSPLITS, N_SSPLITS,
+                                  G, D, WRITE_LSE)
+    else:
+        sb, sg, shkv, sok = _suffix_tile(tile, Q, KS, VS, LENS, OS, LS, suffix_chunk, qk_scale,
+                                     stride_qb, stride_qh, stride_ksb, stride_ksh, stride_ksn,
+                                     stride_vsb, stride_vsh, stride_vsn,
+                                     HKV, N_SSPLITS, G, D, BLOCK_G, BLOCK_NS)
+        if INLINE_MERGE:
+            _arrive_and_merge(sb, sg, shkv, sok, CNT, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
+                              HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
 
 
 @triton.jit
 def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
                   HKV, N_PSPLITS, N_SSPLITS,
                   G: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, WRITE_LSE: tl.constexpr):
-    """Program ``(b, hkv)``: merge the NSP prefix and NSS suffix partials of rows ``b*G + g``.
-
-    Writes ``OUT[b, hkv*G + g, :]`` in OUT's dtype and, if WRITE_LSE, ``LSE_OUT[b, hkv*G + g]``
-    (natural log, fp32, contiguous ``[B, Hq]``).
-    """
+    """Program ``(b, hkv)``: merge the NSP prefix and NSS suffix partials of rows ``b*G + g``."""
     pid = tl.program_id(0)
     hkv = pid % HKV
-    b = (pid // HKV).to(tl.int64)
     g = tl.arange(0, BLOCK_G)
-    g_ok = g < G
-    offs_d = tl.arange(0, D)
-    rows = b * G + g
-    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-    for sp in range(N_PSPLITS):
-        m = tl.maximum(m, tl.load(LP + (hkv * N_PSPLITS + sp) * n_rows + rows, mask=g_ok, other=float("-inf")))
-    for ss in range(N_SSPLITS):
-        m = tl.maximum(m, tl.load(LS + (pid.to(tl.int64) * N_SSPLITS + ss) * G + g, mask=g_ok, other=float("-inf")))
-    m = tl.where(m == float("-inf"), 0.0, m)
-    acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
-    den = tl.zeros([BLOCK_G], dtype=tl.float32)
-    for sp in range(N_PSPLITS):
-        part = (hkv * N_PSPLITS + sp) * n_rows + rows
-        w = tl.math.exp2(tl.load(LP + part, mask=g_ok, other=float("-inf")) - m)
-        o = tl.load(OP + part[:, None] * D + offs_d[None, :], mask=g_ok[:, None], other=0.0)
-        acc += w[:, None] * o
-        den += w
-    for ss in range(N_SSPLITS):
-        part = (pid.to(tl.int64) * N_SSPLITS + ss) * G + g
-        w = tl.math.exp2(tl.load(LS + part, mask=g_ok, other=float("-inf")) - m)
-        o = tl.load(OS + part[:, None] * D + offs_d[None, :], mask=g_ok[:, None], other=0.0)
-        acc += w[:, None] * o
-        den += w
-    den_safe = tl.where(den > 0.0, den, 1.0)
-    out = acc / den_safe[:, None]
-    head = hkv * G + g
-    tl.store(OUT + b * stride_ob + head[:, None] * stride_oh + offs_d[None, :],
-             out.to(OUT.dtype.element_ty), mask=g_ok[:, None])
-    if WRITE_LSE:
-        lse = tl.where(den > 0.0, (m + tl.math.log2(den_safe)) * 0.6931471805599453, float("-inf"))
-        tl.store(LSE_OUT + b * (HKV * G) + head, lse, mask=g_ok)
+    b = tl.zeros([BLOCK_G], dtype=tl.int64) + (pid // HKV)
+    _merge_rows(b, g, hkv, g < G, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
+                HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
