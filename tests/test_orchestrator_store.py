@@ -20,6 +20,7 @@ from monkeybarrel.core.records import CANDIDATE_SCHEMA
 from monkeybarrel.orchestrator.compat import ConfigConflictError
 from monkeybarrel.orchestrator.runner import run_experiment
 from monkeybarrel.orchestrator.store import ExperimentStore, StoreError
+from monkeybarrel.tasks.files import TaskDataError
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -91,6 +92,14 @@ def test_resume_adds_only_missing_and_refuses_result_changing_edits(tmp_path: Pa
     changed["generators"][0]["temperature"] = 0.3
     with pytest.raises(ConfigConflictError, match=r"generators\[id=smol\]\.temperature: 0\.8 -> 0\.3"):
         run_experiment(ExperimentConfig.from_dict(changed), out, show_progress=False)
+    assert _digest(out / "candidates") == before
+
+    # A config whose task data is broken fails before the store is touched.
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("{not json\n")
+    with pytest.raises(TaskDataError, match="broken.jsonl:1"):
+        run_experiment(ExperimentConfig.from_dict(tiny_config(task={"name": "gsm8k", "path": str(broken)})), out,
+                       show_progress=False)
     assert _digest(out / "candidates") == before
 
     # More samples and more problems only add the missing pairs.

@@ -74,3 +74,22 @@ def test_equivalence_and_references():
     assert reference_from_solution("lots of work\n#### 1,000") == "1000"
     assert reference_from_solution("x = \\boxed{\\sqrt{2}}") == "\\sqrt{2}"
     assert reference_from_solution("no box") is None
+
+
+def test_hub_loaders_read_a_local_dataset_in_the_hub_schema(tmp_path: Path, gsm8k_path: Path):
+    """The hub code path (datasets.load_dataset) on a local dataset directory of the same schema."""
+    gsm = tmp_path / "gsm8k"
+    gsm.mkdir()
+    (gsm / "test.jsonl").write_text("".join(gsm8k_path.read_text().splitlines(keepends=True)[:4]))
+    problems = GSM8KTask(dataset=str(gsm), subset=None, split="test", num_problems=3).load()
+    assert [p.reference_answer for p in problems] == ["18", "3", "70000"]
+    assert problems[0].metadata["source"] == f"hub:{gsm}"
+
+    math500 = tmp_path / "math500"
+    math500.mkdir()
+    (math500 / "test.jsonl").write_text(json.dumps(
+        {"problem": "What is $1+1$?", "solution": "$\\\\boxed{2}$", "answer": "2", "subject": "Algebra",
+         "level": 1, "unique_id": "test/algebra/1.json"}) + "\n")
+    (problem,) = MathTask(dataset=str(math500), split="test").load()
+    assert problem.problem_id == "test/algebra/1.json" and problem.reference_answer == "2"
+    assert problem.metadata == {"level": 1, "subject": "Algebra"}

@@ -15,25 +15,28 @@ class GSM8KTask(MathTask):
     """GSM8K from a local JSONL/Parquet file (fields ``question``, ``answer``) or the hub.
 
     Args:
-        path: local file in the hub schema; when None, ``datasets.load_dataset("openai/gsm8k", "main")``.
+        path: local file in the hub schema; when None, ``datasets.load_dataset(dataset, subset)``.
         split: hub split (``test`` or ``train``).
         num_problems: take the first N.
         seed: unused (the order is the file's).
+        dataset: hub dataset id (or a local dataset directory ``datasets`` can load).
+        subset: hub configuration name (``main``; ``socratic`` has step-by-step questions).
     """
 
     name = "gsm8k"
 
     def __init__(self, path: str | None = None, split: str = "test", num_problems: int | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, dataset: str = HUB_DATASET[0], subset: str | None = HUB_DATASET[1]) -> None:
         self.path, self.split, self.num_problems = path, split, num_problems
+        self.dataset, self.subset = dataset, subset
 
     def load(self) -> list[Problem]:
         if self.path is not None:
             rows = ((line, rec) for line, rec in read_records(self.path, required=("question", "answer")))
             source = self.path
         else:
-            rows = enumerate(_load_hub(self.split), start=1)
-            source = f"hub:{HUB_DATASET[0]}"
+            rows = enumerate(_load_hub(self.dataset, self.subset, self.split), start=1)
+            source = f"hub:{self.dataset}"
         problems = []
         for line, record in rows:
             if self.num_problems is not None and len(problems) >= self.num_problems:
@@ -50,9 +53,9 @@ class GSM8KTask(MathTask):
         return take(problems, self.num_problems)
 
 
-def _load_hub(split: str):
+def _load_hub(dataset: str, subset: str | None, split: str):
     try:
         from datasets import load_dataset
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("loading GSM8K from the hub needs `pip install monkeybarrel[hub]`") from exc
-    return load_dataset(*HUB_DATASET, split=split)
+    return load_dataset(dataset, subset, split=split) if subset else load_dataset(dataset, split=split)
