@@ -163,8 +163,20 @@ def hydragen_attention_enabled(model: torch.nn.Module) -> Iterator[torch.nn.Modu
     """Switch ``model`` to the hydragen attention function inside the block, and back after."""
     register_hydragen_attention()
     before = model.config._attn_implementation
-    model.set_attn_implementation(ATTN_NAME)
+    _set_attn_implementation(model, ATTN_NAME)
     try:
         yield model
     finally:
-        model.set_attn_implementation(before)
+        _set_attn_implementation(model, before)
+
+
+def _set_attn_implementation(model: torch.nn.Module, name: str) -> None:
+    """``model.set_attn_implementation`` where the transformers version has it, else the config field."""
+    setter = getattr(model, "set_attn_implementation", None)
+    if setter is not None:
+        try:
+            setter(name)
+            return
+        except (ValueError, KeyError, AttributeError):
+            pass
+    model.config._attn_implementation = name

@@ -135,29 +135,23 @@ def plan(B: int, Hkv: int, G: int, P: int, S: int, cfg: HydragenConfig, num_sms:
 
 
 _SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
-_COUNTERS: dict[tuple, torch.Tensor] = {}
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
 def _arrival_counters(device: torch.device, n: int) -> torch.Tensor:
-    """Zeroed int32 arrival counters for the inline merge, one buffer per (device, stream).
+    """Zeroed int32 arrival counters for the inline merge, one buffer per device.
 
     Every launch leaves them zeroed again (the last arriver of a row resets its counter), so the
-    buffer is reused across calls and CUDA-graph replays. Launches on one stream run in order; a
-    launch on another stream gets its own buffer.
+    buffer is reused across calls and CUDA-graph replays. Calls are expected to run one after the
+    other on a device (as decode steps do); two inline-merge calls running concurrently on two
+    streams would share the counters, so give such calls ``inline_merge=False``. Allocate it
+    (first call) outside graph capture, as the Triton compile must be anyway.
     """
-    key = (device, torch.cuda.current_stream(device).stream_id) if device.type == "cuda" else (device, 0)
-    buf = _COUNTERS.get(key)
+    buf = _COUNTERS.get(device)
     if buf is None or buf.numel() < n:
         buf = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
+        _COUNTERS[device] = buf
     return buf
-
-
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    """One extra stream per device for the prefix launch in ``mode="streams"``."""
-    if device not in _SIDE_STREAMS:
-        _SIDE_STREAMS[device] = torch.cuda.Stream(device=device)
-    return _SIDE_STREAMS[device]
 
 
 def _check(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens):
