@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
-from .groups import group_sizes, group_sum
+from .groups import group_argmax, group_sizes, group_sum
 
 
 def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
@@ -45,50 +45,114 @@ def coverage_curve(labels: np.ndarray, groups: np.ndarray, n_groups: int, ks: li
 
 def majority_at_k(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, tiebreak: np.ndarray,
                   n_groups: int, k: int, trials: int = 256, seed: int = 0) -> float:
-    """Expected accuracy of majority vote over ``k`` random samples per problem.
+    """Expected accuracy of majority vote over ``k`` samples per problem (see ``majority_curve``)."""
+    return majority_curve(answers, labels, groups, tiebreak, n_groups, [k], trials, seed)[k]
 
-    For each problem, ``trials`` random k-subsets (without replacement) are drawn; the most
-    frequent answer in each subset wins (candidates with no answer, code -1, abstain; ties go to the
-    answer of the candidate with the smallest ``tiebreak``); the estimate is the share of subsets
-    whose winner is correct. With ``k == n`` there is one subset, so the result is exact.
+
+def majority_curve(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, tiebreak: np.ndarray,
+                   n_groups: int, ks: list[int], trials: int = 256, seed: int = 0,
+                   block_elements: int = 4_000_000) -> dict[int, float]:
+    """Majority-vote accuracy against k, averaged over the problems with at least k samples.
+
+    At ``k == n`` (all of a problem's samples) the value is exact and equals what the majority
+    selector picks: the most frequent answer, ties to the candidate with the smallest ``tiebreak``.
+    At ``k < n`` it is a Monte Carlo estimate over ``trials`` random orderings of each problem's
+    samples: the first k of an ordering form a uniformly random k-subset, its most frequent answer
+    wins, ties go to the answer seen first in the ordering (a random tie-break). Candidates with no
+    answer (code -1) abstain; a subset with no answer counts as wrong. Problems are processed in
+    vectorised blocks of equal sample count.
 
     Args:
-        answers: ``[N]`` int answer codes, -1 = none.
+        answers: ``[N]`` int answer codes (-1 = none); equal codes = equivalent answers.
         labels: ``[N]`` bool correctness.
-        groups: ``[N]`` problem index.
-        tiebreak: ``[N]`` rank, smaller wins ties.
-        n_groups: number of problems.
-        k: subset size; problems with fewer samples are skipped.
+        groups: ``[N]`` problem index in ``0..n_groups-1``.
+        tiebreak: ``[N]`` int rank, smaller wins exact (k == n) ties.
+        ks: the values of k.
+        trials: orderings per problem for k < n.
+
+    Returns:
+        ``{k: accuracy}`` (NaN for a k no problem reaches).
     """
     rng = np.random.default_rng(seed)
-    order = np.argsort(groups, kind="stable")
-    bounds = np.searchsorted(groups[order], np.arange(n_groups + 1))
-    accuracies = []
-    for p in range(n_groups):
-        rows = order[bounds[p] : bounds[p + 1]]
-        n = rows.size
-        if n < k or n == 0:
+    answers, labels = np.asarray(answers), np.asarray(labels, dtype=bool)
+    sizes = np.bincount(groups, minlength=n_groups)
+    hits = {k: 0.0 for k in ks}
+    counted = {k: 0 for k in ks}
+    exact = _majority_exact(answers, labels, groups, tiebreak, n_groups)
+    for k in ks:
+        at_n = sizes == k
+        hits[k] += float(exact[at_n].sum())
+        counted[k] += int(at_n.sum())
+    order = np.lexsort((tiebreak, groups))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    for n in np.unique(sizes):
+        ks_below = [k for k in ks if k < n]
+        if n == 0 or not ks_below:
             continue
-        local, codes = np.unique(answers[rows], return_inverse=True)
-        correct_code = np.zeros(local.size, dtype=bool)
-        np.logical_or.at(correct_code, codes, labels[rows].astype(bool))
-        rank = tiebreak[rows].argsort().argsort()
-        n_trials = 1 if k == n else trials
-        picks = np.arange(n)[None, :] if k == n else rng.random((n_trials, n)).argsort(axis=1)[:, :k]
-        sub_codes, sub_rank = codes[picks], rank[picks]
-        trial_index = np.repeat(np.arange(n_trials), k)
-        counts = np.zeros((n_trials, local.size))
-        np.add.at(counts, (trial_index, sub_codes.ravel()), 1.0)
-        best_rank = np.full((n_trials, local.size), n, dtype=np.float64)
-        np.minimum.at(best_rank, (trial_index, sub_codes.ravel()), sub_rank.ravel())
-        if local[0] == -1:  # abstentions never win
-            counts[:, 0] = 0.0
-        score = counts * (n + 1) - best_rank
-        score[counts == 0] = -np.inf
-        winner = score.argmax(axis=1)
-        won = np.isfinite(score[np.arange(n_trials), winner])
-        accuracies.append(float(np.mean(correct_code[winner] & won)))
-    return float(np.mean(accuracies)) if accuracies else float("nan")
+        problems = np.flatnonzero(sizes == n)
+        rows = order[starts[problems][:, None] + np.arange(n)[None, :]]  # [P, n]
+        block = max(1, block_elements // (trials * n))
+        for first in range(0, problems.size, block):
+            for k, accuracy in _majority_monte_carlo(answers[rows[first:first + block]], labels[rows[first:first + block]],
+                                                     ks_below, trials, rng).items():
+                hits[k] += accuracy.sum()
+                counted[k] += accuracy.size
+    return {k: hits[k] / counted[k] if counted[k] else float("nan") for k in ks}
+
+
+def _majority_exact(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, tiebreak: np.ndarray,
+                    n_groups: int) -> np.ndarray:
+    """``[n_groups]`` bool: is the majority answer over all of the problem's samples correct."""
+    voting = answers >= 0
+    counts = np.bincount(answers[voting], minlength=int(answers.max(initial=-1)) + 1)
+    score = np.full(answers.shape, np.nan)
+    score[voting] = counts[answers[voting]]
+    chosen = group_argmax(score, groups, n_groups, tiebreak)
+    correct = np.zeros(n_groups, dtype=bool)
+    correct[chosen >= 0] = labels[chosen[chosen >= 0]]
+    return correct
+
+
+def _majority_monte_carlo(answers: np.ndarray, labels: np.ndarray, ks: list[int], trials: int,
+                          rng: np.random.Generator) -> dict[int, np.ndarray]:
+    """Per problem of a ``[P, n]`` block, the share of random k-subsets whose majority is correct."""
+    n_problems, n = answers.shape
+    # Local answer codes 0..U-1 per problem (U = most distinct answers in the block); U = abstain.
+    local = np.zeros((n_problems, n), dtype=np.int64)
+    correct_code = np.zeros((n_problems, n + 1), dtype=bool)
+    for p in range(n_problems):
+        uniques, codes = np.unique(answers[p], return_inverse=True)
+        codes = codes.reshape(-1)
+        local[p] = codes
+        np.logical_or.at(correct_code[p], codes, labels[p])
+        if uniques[0] == -1:
+            local[p] = np.where(codes == 0, n, codes - 1)
+            correct_code[p, : uniques.size - 1] = correct_code[p, 1 : uniques.size].copy()
+            correct_code[p, uniques.size - 1 :] = False
+    width = int(local[local < n].max(initial=-1)) + 1
+    abstain = width
+    local = np.where(local == n, abstain, local)
+    correct_code = np.concatenate([correct_code[:, :width], np.zeros((n_problems, 1), bool)], axis=1)
+    ordering = rng.random((n_problems, trials, n)).argsort(axis=2)  # [P, T, n]
+    drawn = np.take_along_axis(np.broadcast_to(local[:, None, :], ordering.shape), ordering, axis=2)
+    counts = np.zeros((n_problems, trials, width + 1), dtype=np.int32)
+    first_seen = np.full((n_problems, trials, width + 1), n, dtype=np.int32)
+    p_index, t_index = np.indices((n_problems, trials))
+    result: dict[int, np.ndarray] = {}
+    wanted = set(ks)
+    for position in range(max(ks)):
+        code = drawn[:, :, position]
+        counts[p_index, t_index, code] += 1
+        unseen = first_seen[p_index, t_index, code] == n
+        first_seen[p_index[unseen], t_index[unseen], code[unseen]] = position
+        if position + 1 in wanted:
+            votes = counts[:, :, :width].astype(np.int64)
+            score = np.where(votes > 0, votes * (n + 1) - first_seen[:, :, :width], -1)
+            winner = score.argmax(axis=2) if width else np.zeros((n_problems, trials), dtype=np.int64)
+            won = np.take_along_axis(score, winner[..., None], axis=2)[..., 0] >= 0 if width else np.zeros_like(winner, bool)
+            right = np.take_along_axis(correct_code[:, None, :].repeat(trials, axis=1), winner[..., None], axis=2)[..., 0]
+            result[position + 1] = (right & won).mean(axis=1)
+    return result
 
 
 def selection_accuracy(chosen: np.ndarray, labels: np.ndarray) -> float:

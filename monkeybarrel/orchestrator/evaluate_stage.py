@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..core.config import ExperimentConfig
-from ..core.metrics import coverage_curve, default_ks, majority_at_k, selection_accuracy
+from ..core.metrics import coverage_curve, default_ks, majority_curve, selection_accuracy
 from ..core.selection_data import SelectionData
 
 
@@ -31,11 +31,9 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
     if data.n_candidates == 0:
         return metrics
     metrics["coverage"] = {str(k): v for k, v in coverage_curve(labels, data.groups, data.n_problems, ks).items()}
-    metrics["majority"] = {
-        str(k): majority_at_k(data.answers, labels, data.groups, data.tiebreak, data.n_problems, k,
-                              trials=config.evaluate.majority_trials, seed=config.seed)
-        for k in ks
-    }
+    curve = majority_curve(data.answers, labels, data.groups, data.tiebreak, data.n_problems, ks,
+                           trials=config.evaluate.majority_trials, seed=config.seed)
+    metrics["majority"] = {str(k): curve[k] for k in ks}
     for name, info in selections.items():
         metrics["selection"][name] = {
             "accuracy": selection_accuracy(info["chosen"], labels),

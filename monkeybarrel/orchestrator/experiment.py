@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from ..core.config import ExperimentConfig
 from ..core.records import ANSWER_SCHEMA, CANDIDATE_KEY, LABEL_SCHEMA, Problem, problems_from_table
@@ -93,14 +94,13 @@ class Experiment:
 
 
 def _align(keys: pa.Table, table: pa.Table, column: str, fill: Any = np.nan) -> np.ndarray:
-    """Values of ``table[column]`` in the row order of ``keys`` (``fill`` where absent)."""
+    """Values of ``table[column]`` in the row order of ``keys`` (``fill`` where absent).
+
+    ``table`` must have unique keys; the join is columnar (no Python loop over rows).
+    """
     indexed = keys.append_column("__row", pa.array(np.arange(keys.num_rows)))
     joined = indexed.join(table.select([*CANDIDATE_KEY, column]), keys=list(CANDIDATE_KEY), join_type="left outer")
-    out = np.empty(keys.num_rows, dtype=object if fill is None or isinstance(fill, bool) else np.float64)
-    out[:] = fill
-    rows = joined.column("__row").to_numpy()
-    values = joined.column(column).to_pylist()
-    for row, value in zip(rows, values):
-        if value is not None:
-            out[row] = value
-    return out
+    values = joined.sort_by("__row").column(column)
+    if fill is None:
+        return np.asarray(values.to_pylist(), dtype=object)
+    return np.asarray(pa.compute.fill_null(values, fill).to_numpy(zero_copy_only=False))
