@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--one-by-one", action="store_true", help="also time one generate() call per sample")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="alternate ours / HF this many times and keep each one's best (the machine may be shared)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -46,10 +48,6 @@ def main() -> None:
     sampler.load()
     problems = ArithmeticTask(num_problems=args.problems, seed=0, difficulty=2).load()
     requests = [SampleRequest(p, tuple(range(args.samples)), seed=i) for i, p in enumerate(problems)]
-
-    began = time.perf_counter()
-    ours_tokens = sum(c.completion_tokens for batch in sampler.sample(requests) for c in batch)
-    ours_s = time.perf_counter() - began
 
     model, tokenizer = sampler.model, sampler.tokenizer
     eos = set(sampler._eos.tolist())
@@ -65,15 +63,27 @@ def main() -> None:
                 total += 1
         return total
 
-    torch.manual_seed(0)
-    began = time.perf_counter()
-    hf_tokens = 0
-    with torch.inference_mode():
-        for request in requests:
-            prompt = sampler.encode(request)[None]
-            out = model.generate(prompt, num_return_sequences=args.samples, **settings)
-            hf_tokens += count(out, prompt.shape[1])
-    hf_s = time.perf_counter() - began
+    def ours() -> tuple[int, float]:
+        began = time.perf_counter()
+        tokens = sum(c.completion_tokens for batch in sampler.sample(requests) for c in batch)
+        return tokens, time.perf_counter() - began
+
+    def hf() -> tuple[int, float]:
+        torch.manual_seed(0)
+        began, tokens = time.perf_counter(), 0
+        with torch.inference_mode():
+            for request in requests:
+                prompt = sampler.encode(request)[None]
+                out = model.generate(prompt, num_return_sequences=args.samples, **settings)
+                tokens += count(out, prompt.shape[1])
+        return tokens, time.perf_counter() - began
+
+    runs_ours, runs_hf = [], []
+    for _ in range(args.repeats):
+        runs_ours.append(ours())
+        runs_hf.append(hf())
+    ours_tokens, ours_s = max(runs_ours, key=lambda r: r[0] / r[1])
+    hf_tokens, hf_s = max(runs_hf, key=lambda r: r[0] / r[1])
 
     print(f"model {spec.model}, {args.problems} problems x {args.samples} samples, max_tokens {args.max_tokens}, "
           f"T={args.temperature}, top_p={args.top_p}, {args.threads} threads")
