@@ -10,14 +10,14 @@ from __future__ import annotations
 import random
 
 from ..core.records import Problem
-from .base import TASKS, MathTask, take
+from .base import TASKS, MathAnswerTask, take
 
 _NAMES = ["Ava", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hugo", "Iris", "Jonas", "Kira", "Liam"]
 _ITEMS = ["apples", "marbles", "stickers", "books", "coins", "pencils", "cookies", "stamps", "shells", "cards"]
 
 
 @TASKS.register("arithmetic")
-class ArithmeticTask(MathTask):
+class ArithmeticTask(MathAnswerTask):
     """Seeded multi-step word problems over +, -, x.
 
     Args:

@@ -45,7 +45,7 @@ class Task(ABC):
         return [self.is_correct(text, problem) for text, problem in zip(texts, problems)]
 
 
-class MathTask(Task):
+class MathAnswerTask(Task):
     """Shared behaviour of math tasks: math-verify answers, correctness against the reference."""
 
     instruction = "Solve the problem. End your reply with: The answer is <number>."

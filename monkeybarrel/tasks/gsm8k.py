@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.records import Problem
-from .base import TASKS, MathTask, take
+from .base import TASKS, MathAnswerTask, take
 from .files import read_records
 from .math_answers import reference_from_solution
 
@@ -11,7 +11,7 @@ HUB_DATASET = ("openai/gsm8k", "main")
 
 
 @TASKS.register("gsm8k")
-class GSM8KTask(MathTask):
+class GSM8KTask(MathAnswerTask):
     """GSM8K from a local JSONL/Parquet file (fields ``question``, ``answer``) or the hub.
 
     Args:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.records import Problem
-from .base import TASKS, MathTask as _MathBase, take
+from .base import TASKS, MathAnswerTask, take
 from .files import TaskDataError, read_records
 from .math_answers import reference_from_solution
 
@@ -11,7 +11,7 @@ HUB_DATASET = "HuggingFaceH4/MATH-500"
 
 
 @TASKS.register("math")
-class MathTask(_MathBase):
+class MathTask(MathAnswerTask):
     """MATH/MATH500: fields ``problem`` plus ``answer`` or a ``solution`` whose last ``\\boxed{}`` is the answer.
 
     Args:
