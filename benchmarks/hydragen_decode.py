@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monkeybarrel.kernels.shared_prefix_sampling import generate_shared_prefix  # noqa: E402
+from monkeybarrel.kernels.shared_prefix_sampling import generate_shared_prefix, teacher_forced_logits  # noqa: E402
 
 PRESETS = {
     # Llama-3.2-1B shapes (vocab cut to 32000): 16 layers, 32 q heads, 8 kv heads, head dim 64
@@ -71,9 +71,10 @@ def main() -> None:
     inp = prompt.expand(n, -1).contiguous()
     mask = torch.ones_like(inp)
 
-    def hf(new):
+    def hf(new, logits=False):
         return model.generate(inp, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                              pad_token_id=0, eos_token_id=None)
+                              pad_token_id=0, eos_token_id=None, output_logits=logits,
+                              return_dict_in_generate=logits)
 
     print(f"{torch.cuda.get_device_name()} preset={args.preset} n={n} prompt={P} new={T}", flush=True)
     hf(2)  # warm-up
@@ -103,6 +104,22 @@ def main() -> None:
               f"greedy tokens identical to HF {r['tokens_identical_to_hf']}/{r['tokens']}"
               + (f" (first mismatch at step {r['first_mismatch_step']})" if r["first_mismatch_step"] is not None
                  else ""), flush=True)
+    # teacher-forced parity: our logits along HF's own greedy tokens (one sequence: all n are identical)
+    out = hf(T, logits=True)
+    hf_logits = torch.stack(out.logits, 1)[:1].float()  # [1, T, V]: logits[:, t] chose token t
+    toks = out.sequences[:1, P:]
+    ours_l = teacher_forced_logits(model, prompt, toks)  # [1, T, V]
+    agree = ours_l.argmax(-1) == toks
+    top2 = hf_logits.topk(2, -1).values
+    margin = top2[..., 0] - top2[..., 1]
+    res["teacher_forced"] = {"argmax_agree": int(agree.sum()), "steps": agree.numel(),
+                             "max_abs_logit_diff": float((ours_l - hf_logits).abs().max()),
+                             "logit_std": float(hf_logits.std()),
+                             "hf_margin_at_disagreements": [round(float(x), 4) for x in margin[~agree]]}
+    print(f"teacher-forced along HF's greedy tokens: argmax agrees {res['teacher_forced']['argmax_agree']}/"
+          f"{agree.numel()} steps; max |logit diff| {res['teacher_forced']['max_abs_logit_diff']:.3f} "
+          f"(logit std {res['teacher_forced']['logit_std']:.2f}); HF top1-top2 margin where they disagree: "
+          f"{res['teacher_forced']['hf_margin_at_disagreements']}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
 

@@ -9,6 +9,20 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+# The device image lacks some of the package's core dependencies (pydantic, ...). The kernels need
+# only torch/triton/transformers: if `import monkeybarrel` fails there, a sitecustomize registers the
+# package as a bare namespace so that `monkeybarrel.kernels` imports without the root __init__.
+if ! python3 -c "import monkeybarrel" >/dev/null 2>&1; then
+  mkdir -p /tmp/mbshim
+  cat > /tmp/mbshim/sitecustomize.py <<PY
+import sys, types
+_pkg = types.ModuleType("monkeybarrel")
+_pkg.__path__ = ["$PWD/monkeybarrel"]
+sys.modules.setdefault("monkeybarrel", _pkg)
+PY
+  export PYTHONPATH=/tmp/mbshim:$PYTHONPATH
+  echo "note: import monkeybarrel fails here (missing core deps); kernels imported through a namespace shim"
+fi
 { nvidia-smi -L; python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"; } 2>&1 | tee "$OUT/env.log"
 STAGES=${STAGES:-"tests bench e2e"}
 for s in $STAGES; do

@@ -188,15 +188,23 @@ def sweep_configs():
 
     out = []
     for i, cfg in enumerate(candidate_configs(D)):
-        for nsp in (0, 1, 2, 4):
+        for nsp in (0, 1, 2, 4, 8):
             c = dataclasses.replace(cfg, prefix_splits=nsp)
-            out.append((f"c{i}:{cfg.mode},bm{cfg.block_m},bns{cfg.block_ns},nreg{cfg.maxnreg},nsp{nsp or 'auto'}", c))
+            out.append((f"c{i}:{cfg.mode},bm{cfg.block_m},bns{cfg.block_ns or 'auto'},nreg{cfg.maxnreg},"
+                        f"st{cfg.num_stages},im{int(cfg.inline_merge)},nsp{nsp or 'auto'}", c))
     return out
 
 
 # ----------------------------------------------------------------------------------------- driver
 def run_case(B, P, S, args, flex_fn, fi_ok, log):
-    from monkeybarrel.kernels.hydragen_launch import default_config, hydragen_decode_attention, plan, _num_sms
+    from monkeybarrel.kernels.hydragen_launch import (
+        _num_sms,
+        candidate_configs,
+        default_config,
+        hydragen_decode_attention,
+        plan,
+        prepare,
+    )
 
     dt, dev = torch.bfloat16, "cuda"
     torch.manual_seed(0)
@@ -260,6 +268,24 @@ def run_case(B, P, S, args, flex_fn, fi_ok, log):
 
     out = torch.empty(B, HQ, D, device=dev, dtype=dt)
     record("ours", lambda: hydragen_decode_attention(q, kp, vp, ks, vs, lens, out=out))
+    if f"{B},{P},{S}" in args.diag_cases.split(";"):
+        # the parts alone: prefix tiles, suffix tiles (their own launch), merge, and the full step
+        suffix_bytes = 2 * B * S * HKV * D * 2
+        prefix_flops = 4 * B * HQ * P * D
+        for cname, cfg in (("default", default_config(D)), ("streams", candidate_configs(D)[5])):
+            la = prepare(q, kp, vp, ks, vs, lens, config=cfg, out=out)
+            for part in ("prefix", "suffix", "merge", "fused", "run"):
+                if part == "fused" and cfg.mode != "fused":
+                    continue
+                try:
+                    t = time_graph_cold(getattr(la, part), args.iters)
+                except Exception as e:  # noqa: BLE001
+                    log(f"    diag {cname} {part}: ERROR {type(e).__name__}: {str(e)[:200]}")
+                    continue
+                extra = (f" suffix {suffix_bytes / t / 1e9:.0f} GB/s" if part == "suffix" else
+                         f" prefix {prefix_flops / t / 1e9:.0f} TFLOP/s" if part == "prefix" else "")
+                log(f"    diag {cname:8s} {part:7s} {t:.4f} ms{extra}")
+                res.setdefault("diag", {})[f"{cname}.{part}"] = t
     if args.sweep:
         best = None
         for name, cfg in sweep_configs():
@@ -303,6 +329,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default=DEFAULT_CASES)
     ap.add_argument("--flex-cases", default=FLEX_CASES)
+    ap.add_argument("--diag-cases", default="64,2048,256;256,4096,256;512,8192,128")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--no-flashinfer", action="store_true")
     ap.add_argument("--no-sweep", dest="sweep", action="store_false")

@@ -6,6 +6,8 @@ fp16 and bf16, eager and from a CUDA graph. The model is a small randomly initia
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 import torch
 
@@ -17,7 +19,11 @@ from monkeybarrel.kernels.hf_attention import (  # noqa: E402
     hydragen_attention_enabled,
     register_hydragen_attention,
 )
-from monkeybarrel.kernels.shared_prefix_sampling import SampleConfig, generate_shared_prefix  # noqa: E402
+from monkeybarrel.kernels.shared_prefix_sampling import (  # noqa: E402
+    SampleConfig,
+    generate_shared_prefix,
+    teacher_forced_logits,
+)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -37,12 +43,21 @@ def tiny_llama(kind: str = "g4d64", dtype=torch.float32, device="cpu", seed: int
     return LlamaForCausalLM(cfg).to(device=device, dtype=dtype).eval()
 
 
-def hf_greedy(model, prompt, first, new_tokens):
-    """HF generate on n copies of prompt + each sample's first token: [n, new_tokens] (first token included)."""
+class HFResult(NamedTuple):
+    tokens: torch.Tensor  # [n, T], the forced first token included
+    logits: torch.Tensor | None  # [n, T-1, V] float32, the logits that chose tokens[:, 1:]
+
+
+def hf_greedy(model, prompt, first, new_tokens, return_logits=False):
+    """HF generate on n copies of prompt + each sample's first token."""
     inp = torch.cat([prompt.expand(first.shape[0], -1), first[:, None]], 1)
     out = model.generate(inp, attention_mask=torch.ones_like(inp), max_new_tokens=new_tokens - 1, do_sample=False,
-                         pad_token_id=0, eos_token_id=None)
-    return out[:, prompt.shape[0]:]
+                         pad_token_id=0, eos_token_id=None, output_logits=return_logits,
+                         return_dict_in_generate=True)
+    tokens = out.sequences[:, prompt.shape[0]:]
+    if not return_logits:
+        return tokens
+    return HFResult(tokens, torch.stack(out.logits, dim=1).float())
 
 
 def _case(model, P=77, n=6, seed=1):
@@ -100,19 +115,50 @@ def test_sampling_is_seeded_and_samples_differ():
     assert int(a.max()) < model.config.vocab_size
 
 
+def test_teacher_forced_logits_match_hf_cpu():
+    model = tiny_llama()
+    prompt, first = _case(model, n=3)
+    ref = hf_greedy(model, prompt, first, 8, return_logits=True)
+    logits = teacher_forced_logits(model, prompt, ref.tokens)
+    assert logits.shape == (3, 8, model.config.vocab_size)
+    torch.testing.assert_close(logits[:, 1:], ref.logits, rtol=1e-4, atol=1e-4)
+
+
+def _greedy_parity(model, dtype, cuda_graph, T=24, n=8):
+    """(tokens identical?, report dict). Exact token equality, plus a teacher-forced check that is
+    robust to near-ties: along HF's own tokens, our argmax must equal HF's choice wherever HF's
+    top-1/top-2 logit margin exceeds a small tolerance (bf16 rounding flips exact ties)."""
+    prompt, first = _case(model, P=333, n=n, seed=2)
+    ours = generate_shared_prefix(model, prompt, n, T, first_tokens=first, cuda_graph=cuda_graph)
+    ref = hf_greedy(model, prompt, first, T, return_logits=True)
+    forced = teacher_forced_logits(model, prompt, ref.tokens, cuda_graph=cuda_graph)[:, 1:]  # [n, T-1, V]
+    top2 = ref.logits.topk(2, dim=-1).values
+    margin = top2[..., 0] - top2[..., 1]
+    agree = forced.argmax(-1) == ref.tokens[:, 1:]
+    tol = 0.02 if dtype == torch.float16 else 0.25
+    report = dict(identical_tokens=int((ours == ref.tokens).sum()), tokens=ours.numel(),
+                  identical_sequences=int((ours == ref.tokens).all(1).sum()),
+                  forced_argmax_agree=int(agree.sum()), forced_steps=agree.numel(),
+                  disagree_min_hf_margin=float(margin[~agree].min()) if (~agree).any() else None,
+                  max_abs_logit_diff=float((forced - ref.logits).abs().max()),
+                  logit_std=float(ref.logits.std()))
+    return torch.equal(ours, ref.tokens), bool((agree | (margin <= tol)).all()), report
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("cuda_graph", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("kind", list(CONFIGS))
 def test_greedy_matches_hf_generate_gpu(kind, dtype, cuda_graph):
-    """Greedy tokens through the Triton kernel equal HF generate (SDPA, replicated KV) on the GPU."""
+    """Greedy decoding through the Triton kernel vs HF generate (SDPA, replicated KV) on the GPU.
+
+    fp16: tokens identical. bf16: HF's own bf16 greedy output changes with batch composition, so
+    exact equality is reported, and the teacher-forced near-tie-aware check is asserted.
+    """
     model = tiny_llama(kind, dtype=dtype, device="cuda")
-    prompt, first = _case(model, P=333, n=8, seed=2)
-    T = 24
-    ours = generate_shared_prefix(model, prompt, 8, T, first_tokens=first, cuda_graph=cuda_graph)
-    ref = hf_greedy(model, prompt, first, T)
-    same = (ours == ref).all(dim=1)
-    print(f"greedy parity {kind} {str(dtype)[6:]} graph={cuda_graph}: {int(same.sum())}/8 sequences identical, "
-          f"{int((ours == ref).sum())}/{ours.numel()} tokens")
-    assert torch.equal(ours, ref)
+    identical, forced_ok, rep = _greedy_parity(model, dtype, cuda_graph)
+    print(f"greedy parity {kind} {str(dtype)[6:]} graph={cuda_graph}: {rep}")
+    if dtype == torch.float16:
+        assert identical
+    assert forced_ok

@@ -1,9 +1,10 @@
 """Launcher for the Triton shared-prefix decode-attention kernels (CUDA only; imports triton).
 
-:func:`hydragen_decode_attention` validates the inputs, picks the tiling (:class:`HydragenConfig`),
-allocates the float32 partial buffers and issues the two launches (prefix+suffix tiles, merge).
-All shapes it depends on are Python ints, and the ragged suffix lengths are read on the device, so a
-call can be captured in a CUDA graph and replayed while ``suffix_lens`` changes.
+:func:`hydragen_decode_attention` validates the inputs, picks the tiling (:class:`HydragenConfig`,
+:func:`plan`), allocates the float32 partial buffers and issues the launches (prefix+suffix tiles,
+then the merge unless it is inline). Every size it depends on is a Python int and the ragged suffix
+lengths are read on the device, so a call can be captured in a CUDA graph and replayed while
+``suffix_lens`` changes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import triton
 
 from .hydragen_triton import _hydragen_kernel, _merge_kernel
 
-__all__ = ["HydragenConfig", "hydragen_decode_attention", "default_config", "candidate_configs", "plan"]
+__all__ = ["HydragenConfig", "Plan", "hydragen_decode_attention", "prepare", "default_config",
+           "candidate_configs", "plan", "flops_and_bytes"]
 
 _LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
@@ -28,14 +30,15 @@ class HydragenConfig:
     """Tiling and scheduling of one decode step.
 
     block_m: query rows ``(sequence, group head)`` per prefix tile (128 = two warpgroups of wgmma).
-    block_n: prefix keys per inner step; block_ns: suffix keys per inner step.
+    block_n: prefix keys per inner step.
+    block_ns: suffix keys per inner step (0 = auto: 128 for long suffixes and large batches, else 64).
     prefix_splits / suffix_splits: chunks the prefix / suffix key range is cut into (0 = auto).
     mode: how prefix and suffix tiles share the GPU:
         ``"fused"``   one grid holds both kinds of tiles (prefix first), ``num_warps`` each;
         ``"streams"`` two launches on two streams (they overlap), each with its own warps/stages;
         ``"serial"``  the same two launches one after the other (a diagnostic).
-    num_warps / num_stages / maxnreg: prefix tiles (and fused grid). maxnreg=128 lets two 8-warp
-        programs share an SM.
+    num_warps / num_stages / maxnreg: prefix tiles (and the fused grid). maxnreg=128 lets two
+        8-warp programs share an SM.
     suffix_warps / suffix_stages: suffix launch in the two-launch modes.
     inline_merge: the last tile to finish a row merges it (no merge launch); else a merge launch.
     suffix_first: in the fused grid, give suffix tiles the low program ids.
@@ -43,7 +46,7 @@ class HydragenConfig:
 
     block_m: int = 128
     block_n: int = 64
-    block_ns: int = 64
+    block_ns: int = 0
     prefix_splits: int = 0
     suffix_splits: int = 0
     mode: str = "fused"
@@ -51,8 +54,8 @@ class HydragenConfig:
     num_stages: int = 2
     maxnreg: int | None = 128
     suffix_warps: int = 4
-    suffix_stages: int = 3
-    inline_merge: bool = True
+    suffix_stages: int = 2
+    inline_merge: bool = False
     suffix_first: bool = False
 
     def __post_init__(self) -> None:
@@ -61,22 +64,23 @@ class HydragenConfig:
 
 
 def default_config(D: int) -> HydragenConfig:
-    """Default tiling for head dim D (docs/kernels.md records how it was chosen)."""
+    """Default tiling for head dim D (docs/kernels.md records the measurements behind it)."""
     return HydragenConfig(block_n=64 if D >= 128 else 128)
 
 
 def candidate_configs(D: int) -> list[HydragenConfig]:
-    """Small search space used by benchmarks/prefix_attention.py --tune."""
+    """Small search space for benchmarks/prefix_attention.py's sweep."""
     base = default_config(D)
+    rep = dataclasses.replace
     return [
         base,
-        dataclasses.replace(base, inline_merge=False),
-        dataclasses.replace(base, maxnreg=None),
-        dataclasses.replace(base, block_ns=128),
-        dataclasses.replace(base, suffix_first=True),
-        dataclasses.replace(base, mode="streams"),
-        dataclasses.replace(base, mode="streams", inline_merge=False),
-        dataclasses.replace(base, mode="serial", inline_merge=False),
+        rep(base, inline_merge=True),
+        rep(base, block_ns=64),
+        rep(base, block_ns=128),
+        rep(base, block_m=64, num_warps=4, maxnreg=168),
+        rep(base, mode="streams"),
+        rep(base, mode="streams", maxnreg=None, num_stages=3),
+        rep(base, mode="serial"),
     ]
 
 
@@ -101,6 +105,7 @@ class Plan:
     prefix_chunk: int
     suffix_splits: int
     suffix_chunk: int
+    block_ns: int
 
     @property
     def n_prefix_tiles_per_head(self) -> int:
@@ -108,34 +113,44 @@ class Plan:
 
 
 def plan(B: int, Hkv: int, G: int, P: int, S: int, cfg: HydragenConfig, num_sms: int) -> Plan:
-    """Choose the prefix/suffix splits.
+    """Choose the prefix/suffix splits and the suffix block.
 
-    Prefix: aim for about one prefix tile per SM (the suffix tiles of the same grid fill the rest),
-    but keep at least 1024 keys per chunk so the partial outputs stay small next to the KV read.
-    Suffix: split only when ``B*Hkv`` tiles would leave the machine idle (small batches).
+    Prefix: the prefix tiles set the critical path (the suffix tiles of the same grid fill the
+    machine around them), so split the prefix until there are about as many prefix tiles as SMs,
+    keeping at least 512 keys per chunk. Suffix: split only when ``B*Hkv`` tiles would leave the
+    machine idle (small batches). On an H100 these rules picked the best or near-best of the
+    measured splits (docs/kernels.md).
     """
     n_m = triton.cdiv(B * G, cfg.block_m)
     if cfg.prefix_splits:
         nsp = cfg.prefix_splits
     else:
         nsp = 1
-        while Hkv * n_m * nsp * 2 <= num_sms and P // (nsp * 2) >= 1024:
+        while Hkv * n_m * nsp * 2 <= num_sms and P // (nsp * 2) >= 512:
             nsp *= 2
     prefix_chunk = triton.cdiv(triton.cdiv(max(P, 1), nsp), cfg.block_n) * cfg.block_n
     nsp = max(1, triton.cdiv(P, prefix_chunk)) if P > 0 else 1
+    block_ns = cfg.block_ns or (128 if S >= 256 and B * Hkv >= 12 * num_sms else 64)
     if cfg.suffix_splits:
         nss = cfg.suffix_splits
     else:
         nss = 1
         while B * Hkv * nss < 4 * num_sms and S // (nss * 2) >= 256:
             nss *= 2
-    suffix_chunk = triton.cdiv(triton.cdiv(max(S, 1), nss), cfg.block_ns) * cfg.block_ns
+    suffix_chunk = triton.cdiv(triton.cdiv(max(S, 1), nss), block_ns) * block_ns
     nss = max(1, triton.cdiv(S, suffix_chunk)) if S > 0 else 1
-    return Plan(n_m, nsp, prefix_chunk, nss, suffix_chunk)
+    return Plan(n_m, nsp, prefix_chunk, nss, suffix_chunk, block_ns)
 
 
 _SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One extra stream per device for the prefix launch in ``mode="streams"``."""
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device=device)
+    return _SIDE_STREAMS[device]
 
 
 def _arrival_counters(device: torch.device, n: int) -> torch.Tensor:
@@ -185,6 +200,108 @@ def _check(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens):
     return B, Hq, Hkv, D, P, k_suffix.shape[2]
 
 
+class Launch:
+    """One decode step, prepared: buffers allocated, arguments bound. ``run()`` issues it.
+
+    The parts (``prefix()``, ``suffix()``, ``merge()``) can be launched alone for diagnostics.
+    """
+
+    def __init__(self, q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens, scale, cfg, out, return_lse):
+        B, Hq, Hkv, D, P, S = _check(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens)
+        G = Hq // Hkv
+        self.cfg = cfg
+        self.plan = pl = plan(B, Hkv, G, P, S, cfg, _num_sms(q.device.index or 0))
+        dev = q.device
+        n_rows = B * G
+        f32 = dict(device=dev, dtype=torch.float32)
+        self.op = torch.empty((Hkv, pl.prefix_splits, n_rows, D), **f32)
+        self.lp = torch.empty((Hkv, pl.prefix_splits, n_rows), **f32)
+        self.os = torch.empty((B, Hkv, pl.suffix_splits, G, D), **f32)
+        self.ls = torch.empty((B, Hkv, pl.suffix_splits, G), **f32)
+        self.out = out if out is not None else torch.empty((B, Hq, D), device=dev, dtype=q.dtype)
+        self.lse = torch.empty((B, Hq), **f32) if return_lse else None
+        lse = self.lse if return_lse else self.lp  # dummy pointer when unused
+        cnt = _arrival_counters(dev, B * Hq) if cfg.inline_merge else self.ls  # dummy when unused
+        self.n_prefix = Hkv * pl.n_prefix_tiles_per_head
+        self.n_suffix = B * Hkv * pl.suffix_splits
+        self.n_heads = B * Hkv
+        self.device = dev
+        self._keep = (q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens)
+        self.args = (q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens, self.op, self.lp, self.os, self.ls,
+                     cnt, self.out, lse,
+                     n_rows, P, pl.prefix_chunk, pl.suffix_chunk, scale * _LOG2E, self.n_prefix, self.n_suffix,
+                     q.stride(0), q.stride(1),
+                     k_prefix.stride(0), k_prefix.stride(1), v_prefix.stride(0), v_prefix.stride(1),
+                     k_suffix.stride(0), k_suffix.stride(1), k_suffix.stride(2),
+                     v_suffix.stride(0), v_suffix.stride(1), v_suffix.stride(2),
+                     self.out.stride(0), self.out.stride(1),
+                     Hkv, pl.n_m_tiles, pl.prefix_splits, pl.suffix_splits)
+        self.meta = dict(G=G, D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_G=max(16, triton.next_power_of_2(G)),
+                         BLOCK_NS=pl.block_ns, SUFFIX_FIRST=cfg.suffix_first, INLINE_MERGE=cfg.inline_merge,
+                         WRITE_LSE=return_lse, MERGE_ROWS=min(32, cfg.block_m))
+        self.prefix_opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if cfg.maxnreg:
+            self.prefix_opts["maxnreg"] = cfg.maxnreg
+        self.suffix_opts = dict(num_warps=cfg.suffix_warps, num_stages=cfg.suffix_stages)
+        self.merge_args = (self.op, self.lp, self.os, self.ls, self.out, lse, n_rows, self.out.stride(0),
+                           self.out.stride(1), Hkv, pl.prefix_splits, pl.suffix_splits)
+        self.merge_meta = dict(G=G, D=D, BLOCK_G=triton.next_power_of_2(G), WRITE_LSE=return_lse,
+                               num_warps=4 if D >= 128 else 2)
+
+    def fused(self) -> None:
+        _hydragen_kernel[(self.n_prefix + self.n_suffix,)](*self.args, **self.meta, PHASE=0, **self.prefix_opts)
+
+    def prefix(self) -> None:
+        _hydragen_kernel[(self.n_prefix,)](*self.args, **self.meta, PHASE=1, **self.prefix_opts)
+
+    def suffix(self) -> None:
+        _hydragen_kernel[(self.n_suffix,)](*self.args, **self.meta, PHASE=2, **self.suffix_opts)
+
+    def merge(self) -> None:
+        _merge_kernel[(self.n_heads,)](*self.merge_args, **self.merge_meta)
+
+    def run(self) -> None:
+        mode = self.cfg.mode
+        if mode == "fused":
+            self.fused()
+        elif mode == "serial":
+            self.prefix()
+            self.suffix()
+        else:  # streams: the prefix launch runs on a side stream, overlapping the suffix launch
+            main = torch.cuda.current_stream(self.device)
+            side = _side_stream(self.device)
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                self.prefix()
+            self.suffix()
+            main.wait_stream(side)
+            if not torch.cuda.is_current_stream_capturing():  # a graph's pool outlives its replays anyway
+                for t in (*self._keep, self.op, self.lp, self.os, self.ls, self.out):
+                    t.record_stream(side)
+        if not self.cfg.inline_merge:
+            self.merge()
+
+
+def prepare(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor,
+    v_prefix: torch.Tensor,
+    k_suffix: torch.Tensor,
+    v_suffix: torch.Tensor,
+    suffix_lens: torch.Tensor,
+    scale: float | None = None,
+    *,
+    config: HydragenConfig | None = None,
+    out: torch.Tensor | None = None,
+    return_lse: bool = False,
+) -> Launch:
+    """Validate, plan and bind one decode step (arguments as :func:`hydragen_decode_attention`)."""
+    D = q.shape[-1]
+    cfg = config or default_config(D)
+    scale = D ** -0.5 if scale is None else float(scale)
+    return Launch(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens, scale, cfg, out, return_lse)
+
+
 def hydragen_decode_attention(
     q: torch.Tensor,
     k_prefix: torch.Tensor,
@@ -213,64 +330,13 @@ def hydragen_decode_attention(
     Returns:
         ``out [B, Hq, D]`` in q's dtype (and ``lse [B, Hq]`` if ``return_lse``).
     """
-    B, Hq, Hkv, D, P, S = _check(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens)
-    G = Hq // Hkv
-    cfg = config or default_config(D)
-    scale = D ** -0.5 if scale is None else float(scale)
-    pl = plan(B, Hkv, G, P, S, cfg, _num_sms(q.device.index or 0))
-    dev = q.device
-    n_rows = B * G
-    op = torch.empty((Hkv, pl.prefix_splits, n_rows, D), device=dev, dtype=torch.float32)
-    lp = torch.empty((Hkv, pl.prefix_splits, n_rows), device=dev, dtype=torch.float32)
-    os_ = torch.empty((B, Hkv, pl.suffix_splits, G, D), device=dev, dtype=torch.float32)
-    ls = torch.empty((B, Hkv, pl.suffix_splits, G), device=dev, dtype=torch.float32)
-    if out is None:
-        out = torch.empty((B, Hq, D), device=dev, dtype=q.dtype)
-    lse = torch.empty((B, Hq), device=dev, dtype=torch.float32) if return_lse else lp  # dummy when unused
-    cnt = _arrival_counters(dev, B * Hq) if cfg.inline_merge else ls  # dummy when unused
-    n_prefix = Hkv * pl.n_prefix_tiles_per_head
-    n_suffix = B * Hkv * pl.suffix_splits
-    block_g = max(16, triton.next_power_of_2(G))
-    args = (q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens, op, lp, os_, ls, cnt, out, lse,
-            n_rows, P, pl.prefix_chunk, pl.suffix_chunk, scale * _LOG2E, n_prefix, n_suffix,
-            q.stride(0), q.stride(1),
-            k_prefix.stride(0), k_prefix.stride(1), v_prefix.stride(0), v_prefix.stride(1),
-            k_suffix.stride(0), k_suffix.stride(1), k_suffix.stride(2),
-            v_suffix.stride(0), v_suffix.stride(1), v_suffix.stride(2),
-            out.stride(0), out.stride(1),
-            Hkv, pl.n_m_tiles, pl.prefix_splits, pl.suffix_splits)
-    meta = dict(G=G, D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_G=block_g, BLOCK_NS=cfg.block_ns,
-                SUFFIX_FIRST=cfg.suffix_first, INLINE_MERGE=cfg.inline_merge, WRITE_LSE=return_lse,
-                MERGE_ROWS=min(32, cfg.block_m))
-    prefix_opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if cfg.maxnreg:
-        prefix_opts["maxnreg"] = cfg.maxnreg
-    suffix_opts = dict(num_warps=cfg.suffix_warps, num_stages=cfg.suffix_stages)
-    if cfg.mode == "fused":
-        _hydragen_kernel[(n_prefix + n_suffix,)](*args, **meta, PHASE=0, **prefix_opts)
-    elif cfg.mode == "serial":
-        _hydragen_kernel[(n_prefix,)](*args, **meta, PHASE=1, **prefix_opts)
-        _hydragen_kernel[(n_suffix,)](*args, **meta, PHASE=2, **suffix_opts)
-    else:  # streams: the prefix launch runs on a side stream, overlapping the suffix launch
-        main = torch.cuda.current_stream(dev)
-        side = _side_stream(dev)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            _hydragen_kernel[(n_prefix,)](*args, **meta, PHASE=1, **prefix_opts)
-        _hydragen_kernel[(n_suffix,)](*args, **meta, PHASE=2, **suffix_opts)
-        main.wait_stream(side)
-        for t in (q, k_prefix, v_prefix, op, lp, os_, ls, out, lse):
-            t.record_stream(side)
-    if not cfg.inline_merge:
-        _merge_kernel[(B * Hkv,)](op, lp, os_, ls, out, lse, n_rows, out.stride(0), out.stride(1),
-                                  Hkv, pl.prefix_splits, pl.suffix_splits,
-                                  G=G, D=D, BLOCK_G=triton.next_power_of_2(G), WRITE_LSE=return_lse,
-                                  num_warps=4 if D >= 128 else 2)
-    return (out, lse) if return_lse else out
+    launch = prepare(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens, scale, config=config, out=out,
+                     return_lse=return_lse)
+    launch.run()
+    return (launch.out, launch.lse) if return_lse else launch.out
 
 
 def flops_and_bytes(B: int, Hq: int, Hkv: int, D: int, P: int, S: int, elem_bytes: int = 2) -> tuple[float, float]:
     """FLOPs of one step (QK^T and PV over prefix and suffix) and the fewest KV bytes it must read."""
     flops = 4.0 * B * Hq * D * (P + S)
     return flops, 2.0 * (P + B * S) * Hkv * D * elem_bytes
-

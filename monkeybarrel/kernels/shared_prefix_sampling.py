@@ -16,7 +16,7 @@ import torch
 
 from .hf_attention import SharedPrefixKV, hydragen_attention_enabled
 
-__all__ = ["SampleConfig", "SharedPrefixDecoder", "generate_shared_prefix"]
+__all__ = ["SampleConfig", "SharedPrefixDecoder", "generate_shared_prefix", "teacher_forced_logits"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,3 +196,25 @@ def _run(dec: SharedPrefixDecoder, prompt_ids: torch.Tensor, n: int, max_new_tok
     result = torch.stack(out, dim=1)
     sync()
     return result, dict(prefill_s=t1 - t0, capture_s=t2 - t1, decode_s=time.perf_counter() - t2)
+
+
+@torch.no_grad()
+def teacher_forced_logits(model: torch.nn.Module, prompt_ids: torch.Tensor, tokens: torch.Tensor, *,
+                          cuda_graph: bool = False, kernel_kwargs: dict | None = None) -> torch.Tensor:
+    """Next-token logits along given continuations (scoring, or parity checks against another engine).
+
+    Args:
+        prompt_ids: ``[P]`` the shared prompt.
+        tokens: ``[n, T]`` one continuation per sequence.
+
+    Returns:
+        ``[n, T, V]`` float32: ``[:, t]`` is the distribution of ``tokens[:, t]`` given the prompt and
+        ``tokens[:, :t]`` (``[:, 0]`` is the prompt's next-token distribution, the same for all n).
+    """
+    n, T = tokens.shape
+    with SharedPrefixDecoder(model, n, max(T - 1, 1), cuda_graph=cuda_graph, kernel_kwargs=kernel_kwargs) as dec:
+        first = dec.prefill(prompt_ids)
+        out = [first.unsqueeze(0).expand(n, -1)]
+        for t in range(T - 1):
+            out.append(dec.step(tokens[:, t]).float())
+    return torch.stack(out, dim=1)
