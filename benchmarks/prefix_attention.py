@@ -272,7 +272,8 @@ def run_case(B, P, S, args, flex_fn, fi_ok, log):
         # the parts alone: prefix tiles, suffix tiles (their own launch), merge, and the full step
         suffix_bytes = 2 * B * S * HKV * D * 2
         prefix_flops = 4 * B * HQ * P * D
-        for cname, cfg in (("default", default_config(D)), ("streams", candidate_configs(D)[5])):
+        cands = candidate_configs(D)
+        for cname, cfg in (("default", cands[0]), ("c5", cands[5]), ("c8", cands[8])):
             la = prepare(q, kp, vp, ks, vs, lens, config=cfg, out=out)
             for part in ("prefix", "suffix", "merge", "fused", "run"):
                 if part == "fused" and cfg.mode != "fused":

@@ -81,6 +81,7 @@ def candidate_configs(D: int) -> list[HydragenConfig]:
         rep(base, mode="streams"),
         rep(base, mode="streams", maxnreg=None, num_stages=3),
         rep(base, mode="serial"),
+        rep(base, mode="streams", maxnreg=None, block_n=128),
     ]
 
 
