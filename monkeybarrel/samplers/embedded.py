@@ -97,7 +97,12 @@ class EmbeddedSampler(Sampler):
         return [c for batch in self.sample([request]) for c in batch]
 
     def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
-        """Yield each request's candidates; requests are packed into batches of ``max_batch`` rows."""
+        """Yield each request's candidates; requests are packed into batches of ``max_batch`` rows.
+
+        The model is loaded first: a model that cannot load stops the run (nothing is recorded),
+        while a request that fails afterwards becomes error candidates.
+        """
+        self.load()
         pending: list[_Group] = []
         rows = 0
         for request in requests:
