@@ -113,3 +113,11 @@ def test_resume_adds_only_missing_and_refuses_result_changing_edits(tmp_path: Pa
     experiment = run_experiment(ExperimentConfig.from_dict(changed), out, force=True, show_progress=False)
     assert experiment.config.generators[0].temperature == 0.3
     assert len(_keys(out)) == 4
+
+
+def test_a_model_that_cannot_load_stops_the_run_and_records_nothing(tmp_path: Path):
+    config = tiny_config(problems=2, samples=2)
+    config["generators"][0]["model"] = str(tmp_path / "no-such-model-dir")
+    with pytest.raises(OSError):
+        run_experiment(ExperimentConfig.from_dict(config), tmp_path / "run", show_progress=False)
+    assert ExperimentStore(tmp_path / "run").candidates().num_rows == 0
