@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Idempotent set-up for the sandbox tests (monkeybarrel.sandbox), run by .ci/run before pytest:
+#   1. bubblewrap (the local backend's namespaces + read-only root) and docker.io, if missing;
+#   2. a Docker engine, if none answers: dockerd with no bridge and no iptables (containers only ever
+#      use network_mode="none"); its pid goes to $MONKEYBARREL_DOCKERD_PIDFILE so the caller can stop it
+#      (an engine that was already running is left alone and the pid file stays empty);
+#   3. the local sandbox image (no registry: debootstrap a minimal Debian with python3, `docker import`).
+# Needs root. Environment: MONKEYBARREL_DOCKERD_PIDFILE (default /run/monkeybarrel-dockerd.pid),
+# MONKEYBARREL_SANDBOX_IMAGE (default monkeybarrel/sandbox-python:bookworm).
+set -euo pipefail
+
+pidfile=${MONKEYBARREL_DOCKERD_PIDFILE:-/run/monkeybarrel-dockerd.pid}
+image=${MONKEYBARREL_SANDBOX_IMAGE:-monkeybarrel/sandbox-python:bookworm}
+mirror=${MONKEYBARREL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+if [ "$(id -u)" != 0 ]; then
+  echo "docker_setup.sh: needs root (installs packages, starts dockerd)" >&2
+  exit 1
+fi
+
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "docker_setup.sh: installing ${missing[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  echo "docker_setup.sh: starting dockerd (log: /var/log/monkeybarrel-dockerd.log)"
+  dockerd --storage-driver=overlay2 --bridge=none --iptables=false \
+    >/var/log/monkeybarrel-dockerd.log 2>&1 &
+  echo $! >"$pidfile"
+  for _ in $(seq 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  docker info >/dev/null 2>&1 || { echo "docker_setup.sh: dockerd did not come up" >&2; exit 1; }
+fi
+
+if ! docker image inspect "$image" >/dev/null 2>&1; then
+  echo "docker_setup.sh: building $image with debootstrap (a few minutes)"
+  root=$(mktemp -d /var/tmp/monkeybarrel-rootfs.XXXXXX)
+  trap 'rm -rf "$root"' EXIT
+  debootstrap --variant=minbase --include=python3 bookworm "$root" "$mirror" >/dev/null
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/usr/share/doc "$root"/usr/share/man
+  tar -C "$root" -c . | docker import \
+    -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    -c 'ENV LANG=C.UTF-8' -c 'WORKDIR /' - "$image" >/dev/null
+fi
+echo "docker_setup.sh: docker ready, image $image present"

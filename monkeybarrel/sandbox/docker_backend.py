@@ -1,0 +1,226 @@
+"""Docker sandbox: one fresh container per run, through docker-py (extra ``[docker]``).
+
+Every container: ``network_mode="none"`` (always; there is no option for a bridge), an unprivileged
+user, all capabilities dropped, ``no-new-privileges``, memory = memory+swap limit (the kernel's OOM
+killer ends a run that exceeds it, reported as MEMORY_LIMIT) plus RLIMIT_DATA at the same size (so an
+allocation fails fast with MemoryError, as in the local backend), a pids limit, CPU quota, rlimits
+(CPU seconds, file size, open files, no cores), no log driver (output streams through the attach
+socket, capped), and removal after the run. The image is per task (``image``); runs are bounded by
+``max_workers`` concurrent containers.
+
+Inside, pid 1 is ``/bin/sh`` running the command: it feeds stdin from a file, waits, records the
+children's CPU time and exits with the command's status; when it exits the container stops, so
+background processes die with it. The image needs ``/bin/sh`` (any Debian-based image has it).
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+import time
+from typing import Any, Mapping, Sequence
+
+from .base import SANDBOXES, ExecutionResult, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path, classify
+
+DEFAULT_IMAGE = "monkeybarrel/sandbox-python:bookworm"
+"""Built by ``.ci/docker_setup.sh`` (debootstrap minbase + python3, ``docker import``)."""
+
+_STDIN = ".sandbox-stdin"
+_TIMES = "/tmp/.sandbox-times"
+_INIT = '"$@" < "$SANDBOX_STDIN"; s=$?; times > ' + _TIMES + '; exit $s'
+PROTECTIONS = ("container", "netns", "pidns", "mntns", "user", "cap-drop", "no-new-privileges", "cgroup-memory",
+               "cgroup-pids", "rlimits")
+
+
+def docker_unavailable_reason(image: str | None = DEFAULT_IMAGE, base_url: str | None = None) -> str | None:
+    """None when a Docker daemon answers (and ``image`` is present), else why not (for skips/errors)."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker Python package is not installed (pip install monkeybarrel[docker])"
+    try:
+        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+        client.ping()
+    except Exception as exc:  # docker raises several types for a missing daemon
+        return f"no Docker daemon answers ({type(exc).__name__}: {exc}); run .ci/docker_setup.sh as root"
+    try:
+        if image is not None:
+            client.images.get(image)
+    except Exception:
+        return f"Docker image {image!r} is missing; run .ci/docker_setup.sh to build it"
+    finally:
+        client.close()
+    return None
+
+
+@SANDBOXES.register("docker")
+class DockerSandbox(Sandbox):
+    """Runs each command in a new container of ``image``.
+
+    Args:
+        image: the task's image (must contain ``/bin/sh`` and what the command needs).
+        limits: default ``Limits`` (or a mapping of its fields).
+        max_workers: containers at once.
+        user: ``uid:gid`` the command runs as (default ``nobody``).
+        workdir: the work directory inside the container.
+        cpus: CPU quota per container (cores).
+        base_url: Docker daemon address (default: the environment, e.g. ``DOCKER_HOST``).
+        env: extra environment variables.
+
+    Raises:
+        ValueError: no daemon answers, or the image is missing (the message says how to fix it).
+    """
+
+    name = "docker"
+
+    def __init__(self, image: str = DEFAULT_IMAGE, limits: Limits | Mapping[str, Any] | None = None,
+                 max_workers: int = 4, user: str = "65534:65534", workdir: str = "/work", cpus: float = 1.0,
+                 base_url: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        super().__init__(limits, max_workers)
+        reason = docker_unavailable_reason(image, base_url)
+        if reason is not None:
+            raise ValueError(reason)
+        import docker
+
+        self.image, self.user, self.workdir, self.cpus = image, user, workdir.rstrip("/") or "/work", float(cpus)
+        self.env = {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", **dict(env or {})}
+        # one connection per concurrent run (requests' pool), so attaches do not queue behind each other
+        self._client = (docker.DockerClient(base_url=base_url, max_pool_size=self.max_workers + 2) if base_url
+                        else docker.from_env(max_pool_size=self.max_workers + 2))
+        self._bound = threading.BoundedSemaphore(self.max_workers)
+
+    @property
+    def protections(self) -> tuple[str, ...]:
+        return PROTECTIONS
+
+    def run(self, files: Mapping[str, str | bytes], command: Sequence[str], *, stdin: str | bytes | None = None,
+            limits: Limits | None = None) -> ExecutionResult:
+        limits = limits or self.limits
+        if not command:
+            return self._failed("empty command")
+        with self._bound:
+            container = None
+            try:
+                archive = self._archive(files, stdin)
+                container = self._create(list(command), limits, stdin is not None)
+                if not container.put_archive(self.workdir.rsplit("/", 1)[0] or "/", archive):
+                    return self._failed("could not copy the files into the container")
+                return self._execute(container, limits)
+            except Exception as exc:  # the daemon or docker-py failed: a recorded failure, not a crash
+                return self._failed(f"{type(exc).__name__}: {exc}")
+            finally:
+                if container is not None:
+                    try:
+                        container.remove(force=True)
+                    except Exception:
+                        pass
+
+    def close(self) -> None:
+        self._client.close()
+
+    # ---- steps --------------------------------------------------------------------------------
+    def _archive(self, files: Mapping[str, str | bytes], stdin: str | bytes | None) -> bytes:
+        """A tar of the work directory (owned by the run's user) with the files and the stdin file."""
+        uid, _, gid = self.user.partition(":")
+        top = self.workdir.rsplit("/", 1)[1]
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            dirs = {""}
+            entries = dict(files)
+            if stdin is not None:
+                entries[_STDIN] = stdin
+            for rel in entries:
+                parts = check_relative_path(rel).split("/")
+                dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+            for rel in sorted(dirs):
+                info = tarfile.TarInfo(f"{top}/{rel}".rstrip("/"))
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                info.uid, info.gid = int(uid), int(gid or uid)
+                tar.addfile(info)
+            for rel, content in entries.items():
+                data = content.encode() if isinstance(content, str) else bytes(content)
+                info = tarfile.TarInfo(f"{top}/{rel}")
+                info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+                info.uid, info.gid = int(uid), int(gid or uid)
+                tar.addfile(info, io.BytesIO(data))
+        return buffer.getvalue()
+
+    def _create(self, command: list[str], limits: Limits, has_stdin: bool):
+        from docker.types import LogConfig, Ulimit
+
+        cpu = limits.cpu_seconds
+        environment = {**self.env, "HOME": self.workdir, "SANDBOX_STDIN": _STDIN if has_stdin else "/dev/null"}
+        return self._client.containers.create(
+            self.image, ["/bin/sh", "-c", _INIT, "sandbox-init", *command],
+            working_dir=self.workdir, user=self.user, environment=environment,
+            network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m", pids_limit=limits.processes,
+            nano_cpus=int(self.cpus * 1e9),
+            ulimits=[Ulimit(name="cpu", soft=cpu, hard=cpu), Ulimit(name="fsize", soft=limits.file_size_mb << 20,
+                                                                     hard=limits.file_size_mb << 20),
+                     Ulimit(name="data", soft=limits.memory_mb << 20, hard=limits.memory_mb << 20),
+                     Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
+                     Ulimit(name="core", soft=0, hard=0)],
+            log_config=LogConfig(type="none"), labels={"monkeybarrel.sandbox": "1"}, detach=True)
+
+    def _execute(self, container, limits: Limits) -> ExecutionResult:
+        out, err = OutputBuffer(limits.output_bytes), OutputBuffer(limits.output_bytes)
+        stream = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=False)
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            try:
+                container.kill()  # raises when the container already stopped: then it was not a timeout
+                timed_out.set()
+            except Exception:
+                pass
+
+        started = time.perf_counter()
+        container.start()
+        timer = threading.Timer(limits.time_s, kill)
+        timer.daemon = True
+        timer.start()
+        try:
+            for stdout_chunk, stderr_chunk in stream:
+                if stdout_chunk:
+                    out.add(stdout_chunk)
+                if stderr_chunk:
+                    err.add(stderr_chunk)
+            status = container.wait(timeout=limits.time_s + 30)
+        finally:
+            timer.cancel()
+            stream.close()
+        wall = time.perf_counter() - started
+        state = self._client.api.inspect_container(container.id)["State"]
+        exit_code = int(status.get("StatusCode", state.get("ExitCode", -1)))
+        if exit_code > 128:  # the init shell reports death by signal N as 128 + N
+            exit_code = -(exit_code - 128)
+        stderr_text = err.text()
+        outcome, note = classify(exit_code, timed_out.is_set(), stderr_text, limits, wall,
+                                 oom_killed=bool(state.get("OOMKilled")))
+        return ExecutionResult(outcome=outcome, exit_code=exit_code, stdout=out.text(), stderr=stderr_text,
+                               stdout_truncated=out.truncated, stderr_truncated=err.truncated, wall_s=wall,
+                               cpu_s=0.0 if timed_out.is_set() else self._cpu_seconds(container),
+                               backend=self.name, protections=self.protections, error=note)
+
+    def _cpu_seconds(self, container) -> float:
+        """Children's user+system CPU seconds, as the init shell's ``times`` wrote them (0 if unreadable)."""
+        try:
+            chunks, _ = container.get_archive(_TIMES)
+            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+                member = tar.next()
+                lines = tar.extractfile(member).read().decode().split("\n") if member else []
+            return sum(_parse_duration(part) for part in lines[1].split())
+        except Exception:
+            return 0.0
+
+    def _failed(self, message: str) -> ExecutionResult:
+        return ExecutionResult(outcome=Outcome.SANDBOX_ERROR, exit_code=None, backend=self.name,
+                               protections=self.protections, error=message)
+
+
+def _parse_duration(text: str) -> float:
+    """Seconds of a POSIX ``times`` field such as ``0m0.020000s``."""
+    minutes, _, seconds = text.rstrip("s").partition("m")
+    return float(minutes) * 60 + float(seconds) if seconds else float(minutes)
