@@ -8,8 +8,8 @@ B sequences share a P-token prompt KV; each has its own S-token suffix. bf16, Hq
   flex_packed     FlexAttention (torch.compile) on a packed KV [prefix; suffix_1..B], block mask
   fi_prefix_decode FlashInfer single_prefill (prefix) + batch decode (suffix) + merge_state
   fi_cascade_fa2  FlashInfer MultiLevelCascadeAttentionWrapper, both levels on the fa2 backend
-  ours            monkeybarrel.kernels Triton kernel, default config
-  ours_best       best of a small sweep of configs/splits (name printed)
+  ours            monkeybarrel.kernels Triton kernel, default (auto_config: fused or two-stream)
+  ours_best       best of a sweep of configs/splits (--sweep; name printed)
 
 Timing ("graph_cold", as in the anchor note): the method is captured in a CUDA graph; before each
 replay a 256 MB write flushes L2; median of N replays timed with CUDA events.
@@ -199,11 +199,12 @@ def sweep_configs():
 def run_case(B, P, S, args, flex_fn, fi_ok, log):
     from monkeybarrel.kernels.hydragen_launch import (
         _num_sms,
-        candidate_configs,
+        auto_config,
         default_config,
         hydragen_decode_attention,
         plan,
         prepare,
+        streams_config,
     )
 
     dt, dev = torch.bfloat16, "cuda"
@@ -216,8 +217,10 @@ def run_case(B, P, S, args, flex_fn, fi_ok, log):
     lens = torch.full((B,), S, dtype=torch.int32, device=dev)
     roof_ms = roofline_bytes(B, P, S, HKV, D) / HBM_BPS * 1e3
     res = {"B": B, "P": P, "S": S, "roofline_ms": roof_ms, "methods": {}}
-    pl = plan(B, HKV, G, P, S, default_config(D), _num_sms(0))
-    log(f"case B={B} P={P} S={S}: roofline {roof_ms:.4f} ms; default plan {pl}")
+    cfg0 = auto_config(B, HQ, HKV, D, P, S)
+    pl = plan(B, HKV, G, P, S, cfg0, _num_sms(0))
+    log(f"case B={B} P={P} S={S}: roofline {roof_ms:.4f} ms; default mode {cfg0.mode}, plan {pl}")
+    res["default_mode"] = cfg0.mode
 
     q4 = q.unsqueeze(2)
     kfull = torch.cat([kp.unsqueeze(0).expand(B, -1, -1, -1), ks], 2).contiguous()
@@ -272,8 +275,7 @@ def run_case(B, P, S, args, flex_fn, fi_ok, log):
         # the parts alone: prefix tiles, suffix tiles (their own launch), merge, and the full step
         suffix_bytes = 2 * B * S * HKV * D * 2
         prefix_flops = 4 * B * HQ * P * D
-        cands = candidate_configs(D)
-        for cname, cfg in (("default", cands[0]), ("c5", cands[5]), ("c8", cands[8])):
+        for cname, cfg in (("fused", default_config(D)), ("streams", streams_config(D))):
             la = prepare(q, kp, vp, ks, vs, lens, config=cfg, out=out)
             for part in ("prefix", "suffix", "merge", "fused", "run"):
                 if part == "fused" and cfg.mode != "fused":
@@ -283,7 +285,7 @@ def run_case(B, P, S, args, flex_fn, fi_ok, log):
                 except Exception as e:  # noqa: BLE001
                     log(f"    diag {cname} {part}: ERROR {type(e).__name__}: {str(e)[:200]}")
                     continue
-                extra = (f" suffix {suffix_bytes / t / 1e9:.0f} GB/s" if part == "suffix" else
+                extra = (f" suffix {suffix_bytes / t / 1e9:.2f} TB/s" if part == "suffix" else
                          f" prefix {prefix_flops / t / 1e9:.0f} TFLOP/s" if part == "prefix" else "")
                 log(f"    diag {cname:8s} {part:7s} {t:.4f} ms{extra}")
                 res.setdefault("diag", {})[f"{cname}.{part}"] = t
@@ -333,7 +335,7 @@ def main() -> None:
     ap.add_argument("--diag-cases", default="64,2048,256;256,4096,256;512,8192,128")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--no-flashinfer", action="store_true")
-    ap.add_argument("--no-sweep", dest="sweep", action="store_false")
+    ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--out", default=None)
     ap.add_argument("--verbose", action="store_true")

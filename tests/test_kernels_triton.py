@@ -6,7 +6,6 @@ installed (it is not a core dependency; CI without it skips).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -67,13 +66,13 @@ GPU_MAX_ABS_ERR = 2e-2
 @pytest.mark.parametrize("shape", GPU_SHAPES)
 @pytest.mark.parametrize("mode", ["fused", "streams"])
 def test_parity_vs_sdpa_replicated(shape, dtype, mode):
-    from monkeybarrel.kernels.hydragen_launch import default_config, hydragen_decode_attention
+    from monkeybarrel.kernels.hydragen_launch import default_config, hydragen_decode_attention, streams_config
 
     B, Hq, Hkv, D, P, S, kind = shape
     lens = [S] * B if kind == "full" else _ragged(B, S, seed=B + S)
     q, kp, vp, ks, vs, sl = _inputs(B, Hq, Hkv, D, P, S, lens, dtype, "cuda", seed=P)
     out = torch.full((B, Hq, D), float("nan"), device="cuda", dtype=dtype)  # poisoned: every row must be written
-    cfg = dataclasses.replace(default_config(D), mode=mode)
+    cfg = default_config(D) if mode == "fused" else streams_config(D)
     _, lse = hydragen_decode_attention(q, kp, vp, ks, vs, sl, config=cfg, out=out, return_lse=True)
     ref = _sdpa_replicated(q, kp, vp, ks, vs, sl)
     ref32, lse32 = shared_prefix_attention_reference(q, kp, vp, ks, vs, sl, return_lse=True)
@@ -137,6 +136,16 @@ def test_rejects_bad_inputs():
         hydragen_decode_attention(q, kp, vp, ks, vs, sl.long())
     with pytest.raises(ValueError):
         hydragen_decode_attention(q, kp.transpose(1, 2).contiguous().transpose(1, 2), vp, ks, vs, sl)
+
+
+def test_auto_config_picks_schedule_by_balance():
+    """Prefix-compute-heavy problems get the two-stream schedule, suffix-memory-heavy ones the fused grid."""
+    pytest.importorskip("triton")
+    from monkeybarrel.kernels.hydragen_launch import auto_config
+
+    assert auto_config(512, 32, 8, 128, 8192, 128).mode == "streams"
+    assert auto_config(256, 32, 8, 128, 4096, 256).mode == "fused"
+    assert auto_config(64, 32, 8, 128, 2048, 256).mode == "fused"
 
 
 _INTERPRETER_SCRIPT = textwrap.dedent("""

@@ -21,8 +21,8 @@ Two launches per decode step:
    Every tile writes a float32 partial output normalised over its keys and its log2-sum-exp.
 
 2. The exact log-sum-exp merge of all partials of a row, written in the output dtype (optionally
-   with the natural-log LSE). Either a second launch, ``_merge_kernel`` (one program per
-   ``(b, hkv)``), or inline (``INLINE_MERGE``): every tile counts its arrival on a per-row counter
+   with the natural-log LSE). Either a second launch, ``_merge_kernel`` (BLOCK_R output rows per
+   program), or inline (``INLINE_MERGE``): every tile counts its arrival on a per-row counter
    (atomic, acquire-release) after writing its partials, and the tile that arrives last for a row
    merges that row. No tile ever waits for another, so the grid order cannot deadlock; the last
    arriver resets the counter to zero for the next launch.
@@ -90,7 +90,8 @@ def _finish(acc, l_i, m_i):
 def _merge_rows(b, g, hkv, ok, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
                 HKV, N_PSPLITS, N_SSPLITS,
                 G: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr):
-    """Merge every partial of rows ``(b, g)`` (vectors ``[R]``, int64 b) of KV head hkv where ``ok``.
+    """Merge every partial of rows ``(b, g)`` of KV head hkv where ``ok`` (vectors ``[R]``, int64 b;
+    hkv a scalar or a vector).
 
     Prefix partials ``OP/LP[hkv, sp, b*G+g]``, suffix partials ``OS/LS[b, hkv, ss, g]`` (log2 LSE);
     writes ``OUT[b, hkv*G+g, :]`` and, if WRITE_LSE, ``LSE_OUT[b, hkv*G+g]`` (natural log).
@@ -269,13 +270,13 @@ def _hydragen_kernel(
 
 
 @triton.jit
-def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
+def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, n_out_rows, stride_ob, stride_oh,
                   HKV, N_PSPLITS, N_SSPLITS,
-                  G: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, WRITE_LSE: tl.constexpr):
-    """Program ``(b, hkv)``: merge the NSP prefix and NSS suffix partials of rows ``b*G + g``."""
-    pid = tl.program_id(0)
-    hkv = pid % HKV
-    g = tl.arange(0, BLOCK_G)
-    b = tl.zeros([BLOCK_G], dtype=tl.int64) + (pid // HKV)
-    _merge_rows(b, g, hkv, g < G, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
+                  G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, WRITE_LSE: tl.constexpr):
+    """Merge the NSP prefix and NSS suffix partials of BLOCK_R output rows ``r = b*Hq + h``."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    hq = HKV * G
+    b = (r // hq).to(tl.int64)
+    h = r % hq
+    _merge_rows(b, h % G, h // G, r < n_out_rows, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
                 HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
