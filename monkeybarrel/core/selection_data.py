@@ -33,6 +33,8 @@ class SelectionData:
             stated tie-break rule of every selector: the smaller rank wins.
         embeddings: optional ``[n, d]`` float32 embeddings of the candidates' texts.
         texts: optional ``[n]`` str completion texts (label-free; for embedding-based selectors).
+        problem_texts: optional ``[n_groups]`` str input text of each problem, aligned with
+            ``problems`` (label-free; e.g. Smoothie's nearest-neighbour inputs).
     """
 
     problem_id: np.ndarray
@@ -46,6 +48,7 @@ class SelectionData:
     tiebreak: np.ndarray
     embeddings: np.ndarray | None = field(default=None, repr=False)
     texts: np.ndarray | None = field(default=None, repr=False)
+    problem_texts: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n_candidates(self) -> int:
@@ -58,7 +61,8 @@ class SelectionData:
     @classmethod
     def build(cls, keys: pa.Table, scores: np.ndarray | None = None, verifiers: tuple[str, ...] = (),
               answers: list[str | None] | np.ndarray | None = None,
-              embeddings: np.ndarray | None = None, texts: list[str | None] | None = None) -> "SelectionData":
+              embeddings: np.ndarray | None = None, texts: list[str | None] | None = None,
+              problem_texts: dict[str, str] | None = None) -> "SelectionData":
         """Assemble from a key table (problem_id, generator_id, sample_index) and aligned columns.
 
         Args:
@@ -68,6 +72,7 @@ class SelectionData:
             answers: ``[n]`` canonical answer strings or None.
             embeddings: optional ``[n, d]``.
             texts: optional ``[n]`` completion texts.
+            problem_texts: optional ``problem_id -> input text`` (ids absent from it get "").
         """
         problem_id = np.asarray(keys.column("problem_id").to_numpy(zero_copy_only=False), dtype=object)
         generator_id = np.asarray(keys.column("generator_id").to_numpy(zero_copy_only=False), dtype=object)
@@ -88,7 +93,9 @@ class SelectionData:
         return cls(problem_id=problem_id, generator_id=generator_id, sample_index=sample_index, groups=groups,
                    problems=np.asarray(problems, dtype=object), scores=scores, verifiers=tuple(verifiers),
                    answers=answer_codes, tiebreak=tiebreak, embeddings=embeddings,
-                   texts=None if texts is None else np.asarray(texts, dtype=object))
+                   texts=None if texts is None else np.asarray(texts, dtype=object),
+                   problem_texts=None if problem_texts is None else np.asarray(
+                       [problem_texts.get(str(p), "") for p in problems], dtype=object))
 
     def subset(self, rows: np.ndarray) -> "SelectionData":
         """The candidates at ``rows`` (groups re-indexed to the problems that remain)."""
@@ -97,7 +104,12 @@ class SelectionData:
                          "sample_index": self.sample_index[rows]})
         data = SelectionData.build(keys, self.scores[rows], self.verifiers, None,
                                    None if self.embeddings is None else self.embeddings[rows])
-        return _replace(data, answers=self.answers[rows], texts=None if self.texts is None else self.texts[rows])
+        problem_texts = None
+        if self.problem_texts is not None:
+            by_id = dict(zip(self.problems.astype(str), self.problem_texts))
+            problem_texts = np.asarray([by_id[str(p)] for p in data.problems], dtype=object)
+        return _replace(data, answers=self.answers[rows], texts=None if self.texts is None else self.texts[rows],
+                        problem_texts=problem_texts)
 
     def verifier_scores(self, name: str) -> np.ndarray:
         """``[n]`` scores of verifier ``name``."""

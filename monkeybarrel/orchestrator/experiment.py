@@ -78,7 +78,10 @@ class Experiment:
         keys = candidates.select(list(CANDIDATE_KEY))
         matrix, names, _ = self.scores()
         answers = _align(keys, self.answers(), "answer", fill=None)
-        return SelectionData.build(keys, matrix, names, answers, texts=candidates.column("text").to_pylist())
+        problem_texts = {p.problem_id: p.prompt or (p.messages[-1]["content"] if p.messages else "")
+                         for p in self.problems()}
+        return SelectionData.build(keys, matrix, names, answers, texts=candidates.column("text").to_pylist(),
+                                   problem_texts=problem_texts)
 
     def labels_array(self) -> np.ndarray:
         """``[n]`` bool correctness aligned with ``candidates()`` (ground truth: evaluation only)."""
