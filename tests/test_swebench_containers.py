@@ -1,0 +1,122 @@
+"""Real containers (docker + the task-set image from .ci/swe_setup.sh): evaluator, hostile patches, votes."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
+from monkeybarrel.swebench.containers import ContainerPool, Execution, Workspace
+from monkeybarrel.swebench.evaluate import evaluate_patches
+from monkeybarrel.swebench.predictions import read_predictions
+from monkeybarrel.swebench.retrieval import repo_files
+from monkeybarrel.swebench.schema import load_instances
+from monkeybarrel.swebench.voting import run_vote_matrix
+
+pytestmark = pytest.mark.docker
+TASKS = TASKSET / "tasks.jsonl"
+
+
+@pytest.fixture(scope="module")
+def instances():
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        pytest.skip(f"no docker daemon: {exc}")
+    items = load_instances(TASKS)
+    try:
+        client.images.get(items[0].image_name)
+    except Exception:  # pragma: no cover
+        pytest.skip(f"image {items[0].image_name} missing: run .ci/swe_setup.sh")
+    return {i.instance_id: i for i in items}
+
+
+@pytest.fixture()
+def pool(tmp_path):
+    return ContainerPool(cache_dir=tmp_path / "cache", max_workers=2)
+
+
+def added_file(path: str, text: str) -> str:
+    body = "".join(difflib.unified_diff([], text.splitlines(True), "/dev/null", f"b/{path}", n=3))
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n{body}"
+
+
+def test_gold_resolves_empty_and_mutant_do_not_and_results_are_cached(instances, pool):
+    inst = instances["inflection__inflection-0004"]
+    mutants = read_predictions(TASKSET / "predictions" / "mutants.jsonl")
+    wrong = mutants[inst.instance_id][0]["model_patch"]
+    results = evaluate_patches(pool, [(inst, inst.patch), (inst, None), (inst, wrong)], timeout_s=120)
+    assert [r.resolved for r in results] == [True, False, False]
+    assert results[0].fail_to_pass == inst.FAIL_TO_PASS and not results[0].pass_to_pass_broken
+    assert results[1].fail_to_pass == ()
+    assert pool.stats.containers == 3
+    again = evaluate_patches(pool, [(inst, inst.patch)], timeout_s=120)
+    assert again[0].resolved and pool.stats.containers == 3 and pool.stats.cache_hits == 1
+
+
+def test_hostile_patches_are_contained_and_fail(instances, pool):
+    inst = instances["parse__parse-0001"]
+    test_file = inst.FAIL_TO_PASS[0].split("::")[0]
+    original = repo_files(inst, pattern=test_file)[test_file]
+    delete_tests = (f"diff --git a/{test_file} b/{test_file}\ndeleted file mode 100644\n"
+                    + "".join(difflib.unified_diff(original.splitlines(True), [], f"a/{test_file}", "/dev/null", n=3)))
+    marker = f"mb_escape_{uuid.uuid4().hex}"
+    escape = added_file("conftest.py", f"import os\nfor d in ('/tmp', '/etc', '/root', '/'):\n"
+                                       f"    open(os.path.join(d, '{marker}'), 'w').write('x')\n")
+    loop = inst.patch + added_file("conftest.py", "while True:\n    pass\n")
+    network = inst.patch + added_file("conftest.py", "import urllib.request\n"
+                                                     "urllib.request.urlopen('http://pypi.org', timeout=5)\n")
+    traversal = ("diff --git a/../../../tmp/x b/../../../tmp/x\nnew file mode 100644\n--- /dev/null\n"
+                 f"+++ b/../../../tmp/{marker}\n@@ -0,0 +1 @@\n+escaped\n")
+    pairs = [(inst, p) for p in (delete_tests, escape, loop, network, traversal)]
+    results = evaluate_patches(pool, pairs, timeout_s=15)
+    deleted, escaped, looped, networked, traversed = results
+    assert not any(r.resolved for r in results)
+    assert deleted.patch_applied and set(inst.FAIL_TO_PASS) <= set(_failed(deleted.log)), "tests restored and still failing"
+    assert escaped.patch_applied and not escaped.timed_out
+    assert looped.timed_out
+    assert networked.patch_applied and ("URLError" in networked.log or "unreachable" in networked.log.lower())
+    assert not traversed.patch_applied
+    for folder in ("/tmp", "/etc", "/root", "/"):
+        assert not (Path(folder) / marker).exists(), "a container wrote onto the host"
+
+
+def _failed(log: str) -> list[str]:
+    return [line.split()[1] for line in log.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+
+
+def test_containers_have_no_network_and_bounded_time(instances, pool):
+    inst = instances["parse__parse-0001"]
+    ws = Workspace(inst.image_name, inst.repo_dir, inst.base_commit)
+    [[net, slow]] = pool.run([(ws, [Execution("python -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3)\""),
+                                     Execution("sleep 30", timeout_s=2)])])
+    assert net.exit_code != 0 and "unreachable" in net.output.lower()
+    assert slow.timed_out and slow.wall_s < 10
+
+
+def test_votes_with_reproduction_tests(instances, pool):
+    inst = instances["semver__semver-0001"]
+    ids = " ".join(repr(t) for t in inst.FAIL_TO_PASS)
+    repro = ("import subprocess, sys\n"
+             f"r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-o', 'addopts=', {', '.join(repr(t) for t in inst.FAIL_TO_PASS)}],"
+             " env={'PYTHONPATH': 'src:tests', 'PATH': '/opt/venv/bin:/usr/bin:/bin'})\n"
+             "sys.exit(0 if r.returncode == 0 else 2)\n")
+    crash = "raise RuntimeError('broken test')\n"
+    always = "import sys\nsys.exit(0)\n"
+    mutants = [p["model_patch"] for p in read_predictions(TASKSET / "predictions" / "mutants.jsonl").get(inst.instance_id, [])]
+    patches = [inst.patch, *mutants[:1], inst.patch]
+    matrix = run_vote_matrix(pool, inst.image_name, inst.repo_dir, inst.base_commit, patches, [repro, crash, always], 60)
+    assert ids and len(matrix.patches) == len(patches) - 1  # duplicates run once
+    assert matrix.base_codes.tolist() == [2, 1, 0]
+    assert matrix.codes[0].tolist() == [0, 1, 0] and matrix.votes[0] == 2
+    if mutants:
+        assert matrix.votes[1] < matrix.votes[0]
+    assert np.all(matrix.applied)
