@@ -11,7 +11,7 @@ from .registry import Registry, UnknownNameError
 T = TypeVar("T")
 
 
-def build_plugin(registry: Registry[T], name: str, key_path: str, **kwargs: Any) -> T:
+def build_plugin(registry: Registry[T], name: str, key_path: str, /, **kwargs: Any) -> T:
     """``registry.create(name, **kwargs)`` with errors that name the config key.
 
     Args:
