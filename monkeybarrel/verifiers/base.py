@@ -39,6 +39,13 @@ class Verifier(ABC):
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:
         """``[len(candidates)]`` float scores (NaN allowed for a candidate it cannot judge)."""
 
+    def score_detailed(self, problem: Problem, candidates: Sequence[Candidate]) -> tuple[np.ndarray, list[str | None]]:
+        """Scores plus a per-candidate reason for each NaN (None when scored or no reason is known).
+
+        Override it instead of ``score`` to record why single candidates could not be scored.
+        """
+        return self.score(problem, candidates), [None] * len(candidates)
+
     def visible_problem(self, problem: Problem) -> Problem:
         """The problem as this verifier may see it (reference removed unless ``uses_reference``)."""
         return problem if self.uses_reference else replace(problem, reference_answer=None)
@@ -46,13 +53,14 @@ class Verifier(ABC):
     def score_safely(self, problem: Problem, candidates: Sequence[Candidate]) -> tuple[np.ndarray, list[str | None]]:
         """Scores plus a per-candidate error (None when scored); never raises."""
         try:
-            scores = np.asarray(self.score(self.visible_problem(problem), candidates), dtype=np.float64)
-            if scores.shape != (len(candidates),):
+            scores, reasons = self.score_detailed(self.visible_problem(problem), candidates)
+            scores = np.asarray(scores, dtype=np.float64)
+            if scores.shape != (len(candidates),) or len(reasons) != len(candidates):
                 raise ValueError(f"returned shape {scores.shape}, expected ({len(candidates)},)")
         except Exception as exc:
             message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return np.full(len(candidates), np.nan), [message] * len(candidates)
-        errors = [None if np.isfinite(s) else "no score" for s in scores]
+        errors = [None if np.isfinite(s) else (reason or "no score") for s, reason in zip(scores, reasons)]
         return scores, errors
 
     def close(self) -> None:
