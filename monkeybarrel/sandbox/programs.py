@@ -1,0 +1,140 @@
+"""Turning model completions into runnable Python programs (shared by code tasks and verifiers).
+
+A completion may be a fenced code block, bare code, a whole function or only its body; these
+helpers find the code, join it to the task's code prompt (which carries imports and helper
+functions), and build the test programs that run in a sandbox.
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import re
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:\n```|```|\Z)", re.S)
+_PYTHON_TAGS = {"", "python", "py", "python3", "Python"}
+
+
+def extract_code(text: str | None, entry_point: str | None = None) -> str | None:
+    """The Python code of a completion, or None when there is none.
+
+    Takes the fenced blocks tagged as Python (or untagged); an unterminated last fence (a truncated
+    reply) counts. Prefers the first block that defines ``entry_point``, else the first non-empty
+    one; with no fences the whole text is taken as code.
+    """
+    if text is None or not text.strip():
+        return None
+    blocks = [body for tag, body in _FENCE.findall(text) if tag in _PYTHON_TAGS and body.strip()]
+    if not blocks:
+        return None if "```" in text else text
+    if entry_point is not None:
+        for body in blocks:
+            if re.search(rf"^\s*(async\s+)?def\s+{re.escape(entry_point)}\s*\(", body, re.M):
+                return body
+    return blocks[0]
+
+
+def assemble_program(code_prompt: str, code: str, entry_point: str) -> str:
+    """The candidate's module: the code prompt (imports, helpers, stub) plus the completion's code.
+
+    A completion that defines ``entry_point`` is appended after the prompt (its definition replaces
+    the stub); otherwise it is taken as the body that continues the prompt. Top-level
+    ``if __name__ == "__main__":`` blocks are dropped (they would run during the tests).
+    """
+    code = _drop_main_blocks(code)
+    if _defines(code, entry_point):
+        return f"{code_prompt.rstrip()}\n\n\n{code.strip()}\n"
+    continued = code_prompt + code
+    if _parses(continued):
+        return continued.rstrip() + "\n"
+    indented = code_prompt + "\n".join("    " + line if line.strip() else line for line in code.splitlines())
+    if _parses(indented):
+        return indented.rstrip() + "\n"
+    return f"{code_prompt.rstrip()}\n\n\n{code.strip()}\n"  # fails to compile in the sandbox: a wrong candidate
+
+
+def test_program(program: str, test_code: str, entry_point: str | None = None) -> str:
+    """``program`` followed by ``test_code`` (and ``check(entry_point)`` when given, HumanEval's harness)."""
+    tail = f"\n\ncheck({entry_point})\n" if entry_point else "\n"
+    return f"{program.rstrip()}\n\n\n{test_code.strip()}{tail}"
+
+
+def normalize_code(code: str | None) -> str | None:
+    """A canonical form (AST round trip without docstrings or comments); None if it does not parse.
+
+    Equal normal forms mean the same program up to formatting, comments and docstrings.
+    """
+    if code is None:
+        return None
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+                    and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def docstring_tests(code_prompt: str, entry_point: str) -> list[str]:
+    """``assert`` statements from the ``>>>`` examples in the prompt's docstrings (label-free).
+
+    Each example whose expected output is a Python expression becomes
+    ``assert (<call>) == (<expected>)``; examples that do not call ``entry_point`` are skipped.
+    """
+    tests = []
+    for example in doctest.DocTestParser().get_examples(code_prompt):
+        source, want = example.source.strip(), example.want.strip()
+        if entry_point not in source or not want:
+            continue
+        statement = f"assert ({source}) == ({want})"
+        if _parses(statement):
+            tests.append(statement)
+    return tests
+
+
+def assert_lines(text: str | None, entry_point: str) -> list[str]:
+    """The single-line ``assert`` statements calling ``entry_point`` in a model's reply, in order, unique."""
+    if not text:
+        return []
+    found: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("assert ") or entry_point not in line:
+            continue
+        line = line.split("  #", 1)[0].rstrip()
+        if _parses(line) and line not in found:
+            found.append(line)
+    return found
+
+
+def _defines(code: str, name: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name for node in tree.body)
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _drop_main_blocks(code: str) -> str:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    lines = code.splitlines()
+    drop: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            drop.update(range(node.lineno - 1, node.end_lineno))
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop) if drop else code

