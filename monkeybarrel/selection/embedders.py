@@ -3,7 +3,7 @@
 Two built-ins, both with scikit-learn's ``fit`` / ``transform`` / ``fit_transform`` contract:
 
 * ``tfidf`` (default, needs no download): TF-IDF over word uni- and bigrams (single digits kept,
-  so final answers count) followed by TruncatedSVD (LSA), rows L2-normalised. It is fitted on
+  so final answers count) projected on its top singular vectors (LSA), rows L2-normalised. It is fitted on
   the texts it embeds, so candidate embeddings of one run share one space.
 * ``sentence-transformers``: a SentenceTransformer model from a local directory or a name it can
   load. ``all-MiniLM-L6-v2`` resolves to the copy shipped by the PyPI package
@@ -43,17 +43,18 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
 
 @EMBEDDERS.register("tfidf")
 class TfidfSvdEmbedder:
-    """TF-IDF + TruncatedSVD (latent semantic analysis) on the texts given to ``fit``.
+    """TF-IDF + truncated SVD (latent semantic analysis) on the texts given to ``fit``.
 
     Args:
         n_components: output dimension d (capped at the rank the corpus allows).
         ngram_max: largest word n-gram.
         min_df: ignore terms in fewer documents than this.
-        seed: TruncatedSVD's random state.
+        seed: random state of the randomized SVD (large corpora).
 
     Attributes (after ``fit``):
         vectorizer_: the fitted ``TfidfVectorizer``.
-        svd_: the fitted ``TruncatedSVD`` or None when the corpus is too small for it.
+        components_: ``[d, vocabulary]`` top right-singular vectors of the TF-IDF matrix (exact,
+            through the documents' Gram matrix, up to 4,000 texts; randomized SVD beyond).
     """
 
     def __init__(self, n_components: int = 256, ngram_max: int = 2, min_df: int = 1, seed: int = 0) -> None:
@@ -63,8 +64,7 @@ class TfidfSvdEmbedder:
         self.seed = seed
 
     def fit(self, texts: Sequence[str | None]) -> "TfidfSvdEmbedder":
-        """Learn the vocabulary, IDF weights and the SVD basis of ``texts``."""
-        from sklearn.decomposition import TruncatedSVD
+        """Learn the vocabulary, IDF weights and the top right-singular vectors of ``texts``."""
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         if self.n_components < 1:
@@ -75,11 +75,18 @@ class TfidfSvdEmbedder:
         try:
             tfidf = self.vectorizer_.fit_transform(texts)
         except ValueError:  # empty vocabulary: every text blank
-            self.vectorizer_ = None
-            self.svd_ = None
+            self.vectorizer_, self.components_ = None, None
             return self
-        rank = min(self.n_components, tfidf.shape[0] - 1, tfidf.shape[1] - 1)
-        self.svd_ = TruncatedSVD(n_components=rank, random_state=self.seed).fit(tfidf) if rank >= 2 else None
+        rank = min(self.n_components, *tfidf.shape)
+        if tfidf.shape[0] <= 4000:  # exact and deterministic: eigenvectors of the n x n Gram matrix
+            values, vectors = np.linalg.eigh((tfidf @ tfidf.T).toarray())
+            order = np.argsort(values)[::-1][:rank]
+            order = order[values[order] > 1e-10]
+            self.components_ = np.asarray(tfidf.T @ (vectors[:, order] / np.sqrt(values[order]))).T
+        else:
+            from sklearn.utils.extmath import randomized_svd
+
+            self.components_ = randomized_svd(tfidf, rank, random_state=self.seed)[2]
         return self
 
     def transform(self, texts: Sequence[str | None]) -> np.ndarray:
@@ -87,9 +94,7 @@ class TfidfSvdEmbedder:
         texts = _clean(texts)
         if self.vectorizer_ is None:
             return np.zeros((len(texts), 1), dtype=np.float32)
-        tfidf = self.vectorizer_.transform(texts)
-        dense = self.svd_.transform(tfidf) if self.svd_ is not None else tfidf.toarray()
-        return _unit_rows(dense)
+        return _unit_rows(self.vectorizer_.transform(texts) @ self.components_.T)
 
     def fit_transform(self, texts: Sequence[str | None]) -> np.ndarray:
         return self.fit(texts).transform(texts)
