@@ -121,7 +121,7 @@ class LocalSandbox(Sandbox):
 
     def close(self) -> None:
         """Give the leased sandbox uids back."""
-        for handle in self._leases:
+        for handle in getattr(self, "_leases", ()):
             handle.close()
         self._leases = []
 
@@ -130,11 +130,17 @@ class LocalSandbox(Sandbox):
 
     # ---- steps --------------------------------------------------------------------------------
     def _make_workdir(self, files: Mapping[str, str | bytes], uid: int | None) -> str:
+        for rel in files:
+            check_relative_path(rel)
         workdir = tempfile.mkdtemp(prefix="mb-sandbox-", dir=self.work_root)
-        for rel, content in files.items():
-            path = Path(workdir, check_relative_path(rel))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+        try:
+            for rel, content in files.items():
+                path = Path(workdir, rel)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
         if uid is not None:
             for root, dirs, names in os.walk(workdir):
                 for name in [*dirs, *names]:

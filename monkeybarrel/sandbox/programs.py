@@ -85,13 +85,19 @@ def docstring_tests(code_prompt: str, entry_point: str) -> list[str]:
     Each example whose expected output is a Python expression becomes
     ``assert (<call>) == (<expected>)``; examples that do not call ``entry_point`` are skipped.
     """
-    tests = []
-    for example in doctest.DocTestParser().get_examples(code_prompt):
+    try:
+        tree = ast.parse(code_prompt)
+    except (SyntaxError, ValueError):
+        return []
+    docstrings = [ast.get_docstring(node) or "" for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))]
+    tests: list[str] = []
+    for example in (e for text in docstrings for e in _examples(text)):
         source, want = example.source.strip(), example.want.strip()
         if entry_point not in source or not want:
             continue
         statement = f"assert ({source}) == ({want})"
-        if _parses(statement):
+        if _parses(statement) and statement not in tests:
             tests.append(statement)
     return tests
 
@@ -111,6 +117,13 @@ def assert_lines(text: str | None, entry_point: str) -> list[str]:
     return found
 
 
+def _examples(docstring: str) -> list[doctest.Example]:
+    try:
+        return doctest.DocTestParser().get_examples(docstring)
+    except ValueError:  # inconsistent indentation in the docstring: no usable examples
+        return []
+
+
 def _defines(code: str, name: str) -> bool:
     try:
         tree = ast.parse(code)
@@ -120,8 +133,10 @@ def _defines(code: str, name: str) -> bool:
 
 
 def _parses(code: str) -> bool:
+    """Whether ``code`` compiles (``compile`` also rejects what ``ast.parse`` lets through, e.g. a
+    ``return`` outside a function)."""
     try:
-        ast.parse(code)
+        compile(code, "<candidate>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return False
     return True

@@ -1,0 +1,141 @@
+"""The sandbox protocol on the local backend: files, stdin, exit codes, limits, errors, concurrency."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from monkeybarrel.core.registry import UnknownNameError
+from monkeybarrel.sandbox.base import Job, Limits, Outcome, OutputBuffer, as_limits, build_sandbox
+from monkeybarrel.sandbox.local import LocalSandbox
+
+
+@pytest.fixture(scope="module")
+def work_root():
+    root = Path(tempfile.mkdtemp(prefix="mb-sandbox-test-", dir="/tmp"))
+    root.chmod(0o711)
+    yield str(root)
+    shutil.rmtree(root)
+
+
+@pytest.fixture(scope="module")
+def box(work_root):
+    sandbox = LocalSandbox(limits=Limits(time_s=10), max_workers=2, work_root=work_root)
+    yield sandbox
+    sandbox.close()
+
+
+def test_files_in_subdirectories_stdin_and_output(box):
+    files = {"pkg/__init__.py": "", "pkg/mod.py": "VALUE = 41\n", "data/input.bin": b"\x00\x01",
+             "main.py": "import sys\nfrom pkg.mod import VALUE\nprint(VALUE + 1, sys.stdin.read().upper())\n"
+                        "print(open('data/input.bin', 'rb').read(), file=sys.stderr)\n"}
+    result = box.run(files, ["python3", "main.py"], stdin="shout")
+    assert result.outcome is Outcome.OK and result.exit_code == 0
+    assert result.stdout == "42 SHOUT\n"
+    assert result.stderr == "b'\\x00\\x01'\n"
+    assert result.wall_s > 0 and result.cpu_s > 0
+    assert result.backend == "local" and "rlimits" in result.protections
+
+
+def test_error_exit_keeps_status_and_traceback(box):
+    result = box.run({"main.py": "import sys\nprint('partial')\nsys.exit(3)\n"}, ["python3", "main.py"])
+    assert (result.outcome, result.exit_code, result.stdout) == (Outcome.ERROR_EXIT, 3, "partial\n")
+    failed = box.run({"main.py": "assert 1 == 2, 'nope'\n"}, ["python3", "main.py"])
+    assert failed.outcome is Outcome.ERROR_EXIT and "AssertionError: nope" in failed.stderr
+
+
+def test_signal_death_is_killed(box):
+    result = box.run({"main.py": "import os, signal\nos.kill(os.getpid(), signal.SIGABRT)\n"}, ["python3", "main.py"])
+    assert result.outcome is Outcome.KILLED and result.exit_code == -6
+
+
+def test_cpu_limit_stops_a_busy_program(box):
+    result = box.run({"main.py": "while True:\n    pass\n"}, ["python3", "main.py"], limits=Limits(time_s=30, cpu_s=1))
+    assert result.outcome is Outcome.TIMEOUT and result.wall_s < 25
+
+
+def test_file_size_limit(box):
+    code = "open('big', 'wb').write(b'x' * (3 << 20))\n"
+    result = box.run({"main.py": code}, ["python3", "main.py"], limits=Limits(file_size_mb=1))
+    assert result.outcome in (Outcome.KILLED, Outcome.ERROR_EXIT)
+    assert result.outcome is not Outcome.OK
+
+
+def test_sandbox_errors_are_results_not_exceptions(box):
+    bad_path = box.run({"../escape.py": "print(1)"}, ["python3", "../escape.py"])
+    assert bad_path.outcome is Outcome.SANDBOX_ERROR and "inside the work directory" in bad_path.error
+    missing = box.run({}, ["/nonexistent/interpreter", "x"])
+    assert missing.outcome is Outcome.SANDBOX_ERROR and "could not be run" in missing.error
+    assert box.run({}, []).outcome is Outcome.SANDBOX_ERROR
+
+
+def test_run_many_keeps_order_and_bounds_concurrency(box):
+    jobs = [Job({"main.py": f"import time\ntime.sleep(0.4)\nprint({i})\n"}, ["python3", "main.py"]) for i in range(4)]
+    began = time.perf_counter()
+    results = box.run_many(jobs)
+    elapsed = time.perf_counter() - began
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(4)]
+    assert elapsed >= 0.8  # 4 runs of 0.4 s, at most 2 at a time
+
+
+def test_limits_validation_and_mapping():
+    assert as_limits({"time_s": 2, "network": True}) == Limits(time_s=2, network=True)
+    with pytest.raises(ValueError, match="unknown key.*'timeout'"):
+        as_limits({"timeout": 2})
+    with pytest.raises(ValueError, match="memory_mb must be > 0"):
+        Limits(memory_mb=0)
+    assert Limits(time_s=2.2).cpu_seconds == 3
+
+
+def test_output_buffer_marks_truncation():
+    buffer = OutputBuffer(4)
+    for chunk in (b"ab", b"cdef", b"gh"):
+        buffer.add(chunk)
+    assert buffer.truncated and buffer.text().startswith("abcd\n[... truncated: 4 more bytes of 8")
+
+
+def test_build_sandbox_specs(work_root):
+    box = build_sandbox({"type": "local", "work_root": work_root, "max_workers": 1})
+    assert isinstance(box, LocalSandbox) and box.max_workers == 1
+    box.close()
+    with pytest.raises(UnknownNameError, match="unknown sandbox 'vm'.*docker.*local"):
+        build_sandbox({"type": "vm"})
+    with pytest.raises(ValueError, match="sandbox 'local'"):
+        build_sandbox({"type": "local", "no_such_option": 1})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uid leases apply only when running as root")
+def test_uid_leases_are_distinct_and_need_a_searchable_work_root(work_root):
+    first, second = LocalSandbox(max_workers=2, work_root=work_root), LocalSandbox(max_workers=2, work_root=work_root)
+    assert len(set(first._uids) | set(second._uids)) == 4
+    result = first.run({"main.py": "import os\nprint(os.getuid())\n"}, ["python3", "main.py"])
+    assert int(result.stdout) in first._uids
+    first.close()
+    second.close()
+    private = tempfile.mkdtemp()  # mode 0700 parents: the sandbox uid could not reach it
+    os.chmod(private, 0o700)
+    with pytest.raises(ValueError, match="not searchable by other users"):
+        LocalSandbox(work_root=os.path.join(private, "."))
+    os.rmdir(private)
+
+
+@pytest.mark.parametrize("isolation", ["unshare", "none"])
+def test_weaker_isolation_levels_still_run_and_clean_up(isolation, work_root):
+    try:
+        box = LocalSandbox(isolation=isolation, work_root=work_root, limits=Limits(time_s=2))
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    code = "import socket\ns = socket.socket()\nprint(s.connect_ex(('1.1.1.1', 53)) != 0 or 'online')\n"
+    result = box.run({"main.py": code}, ["python3", "main.py"])
+    assert result.outcome is Outcome.OK
+    if isolation == "unshare":
+        assert result.stdout == "True\n" and "netns" in result.protections
+    looping = box.run({"main.py": "while True:\n    pass\n"}, ["python3", "main.py"])
+    assert looping.outcome is Outcome.TIMEOUT
+    box.close()
+    assert os.listdir(work_root) == []
