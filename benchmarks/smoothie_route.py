@@ -77,22 +77,26 @@ def routing_table(directory: str) -> None:
     index = {(p, g, int(s)): i for i, (p, g, s) in enumerate(zip(data.problem_id, data.generator_id, data.sample_index))}
     problem_row = {p: i for i, p in enumerate(data.problems)}
     print(f"{metrics['n_problems']} problems, {metrics['n_candidates']} candidates")
-    print("| method | type | uses labels | accuracy (%) | routed-generator accuracy (%) |")
-    print("|---|---|:---:|---:|---:|")
+    print("| method | uses labels | accuracy (%) | routed-generator accuracy (%) | problems per generator |")
+    print("|---|:---:|---:|---:|---|")
     for method, info in metrics["selection"].items():
         chosen = np.full(data.n_problems, -1, dtype=np.int64)
         for row in selections.to_pylist():
             if row["method"] == method and row["generator_id"] is not None:
                 chosen[problem_row[row["problem_id"]]] = index[(row["problem_id"], row["generator_id"], row["sample_index"])]
         routed = routed_accuracy(data, labels, chosen)
-        print(f"| {method} | {info['type']} | {'yes' if info['uses_labels'] else 'no'} | "
-              f"{100 * info['accuracy']:.1f} | {100 * routed:.1f} |")
+        picked, counts = np.unique(data.generator_id[chosen[chosen >= 0]].astype(str), return_counts=True)
+        spread = ", ".join(f"{g} {c}" for g, c in zip(picked, counts))
+        print(f"| {method} | {'yes' if info['uses_labels'] else 'no'} | "
+              f"{100 * info['accuracy']:.1f} | {100 * routed:.1f} | {spread} |")
     print()
-    print("| generator | sample accuracy (%) | coverage@max k (%) |")
+    print("| generator | sample accuracy (%) | coverage: any sample correct (%) |")
     print("|---|---:|---:|")
-    for generator, info in metrics["per_generator"].items():
-        top = max(info["coverage"], key=int)
-        print(f"| {generator} | {100 * info['sample_accuracy']:.1f} | {100 * info['coverage'][top]:.1f} |")
+    for generator in sorted(set(data.generator_id.astype(str))):
+        rows = data.generator_id.astype(str) == generator
+        solved = np.bincount(data.groups[rows], weights=labels[rows], minlength=data.n_problems) > 0
+        present = np.bincount(data.groups[rows], minlength=data.n_problems) > 0
+        print(f"| {generator} | {100 * labels[rows].mean():.1f} | {100 * solved[present].mean():.1f} |")
 
 
 def main() -> None:
