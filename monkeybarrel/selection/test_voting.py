@@ -2,7 +2,8 @@
 
 Votes are a verifier column that counts, or gives the share of, the generated tests a candidate
 passes (e.g. ``generated_tests``). Per problem, candidates are ranked by (most votes, shortest
-text, then the usual tie rule); without a model the first is chosen. With ``llm_top_k >= 2``, the
+text, then the usual tie rule); without a model the first is chosen. Candidates without votes rank
+last; a problem where none has votes goes to its shortest candidate. With ``llm_top_k >= 2``, the
 top ``llm_top_k`` distinct texts are shown to a model together with the problem, and the model's
 pick is taken: one forward pass, reading the next-token probabilities of the candidate numbers
 after "The correct solution is Solution " (CodeMonkeys' "model selection" ablation, with a
@@ -67,12 +68,17 @@ class TestVoting(Selector):
         return self
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
-        """``[n]`` votes (NaN where the verifier gave none)."""
-        return data.verifier_scores(self.verifier).astype(np.float64)
+        """``[n]`` votes; ``-inf`` where the verifier gave none (e.g. no tests could be written).
+
+        Such candidates rank last, yet stay selectable: a problem without any votes goes to its
+        shortest candidate, as in CodeMonkeys where every candidate then ties at zero votes.
+        """
+        votes = data.verifier_scores(self.verifier).astype(np.float64)
+        return np.where(np.isnan(votes), -np.inf, votes)
 
     def ranking(self, data: SelectionData) -> list[np.ndarray]:
         """Per problem, its candidate rows best first: votes desc, text length asc, tiebreak asc; NaN votes last."""
-        votes = self.decision_function(data)
+        votes = data.verifier_scores(self.verifier).astype(np.float64)
         lengths = np.array([len(t) if isinstance(t, str) else np.iinfo(np.int64).max for t in data.texts]
                            ) if data.texts is not None else np.zeros(data.n_candidates, np.int64)
         missing = np.isnan(votes)
