@@ -22,6 +22,17 @@ from .base import SELECTORS, Selector
 from .weaver import ScoreNormalizer, WeaverModel, feature_matrix, verifier_columns
 
 
+def per_distinct_row(function, X: np.ndarray) -> np.ndarray:
+    """``function(rows) -> [k]`` applied once per distinct row of ``X``: equal rows get bitwise-equal
+    results, so exact ties stay ties (BLAS may round identical rows differently)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if X.shape[0] == 0:
+        return np.zeros(0)
+    keys = X.view(np.dtype((np.void, X.dtype.itemsize * X.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return np.asarray(function(X[first]), dtype=np.float64)[inverse.reshape(-1)]
+
+
 def _selection_accuracy_per_column(scores: np.ndarray, labels: np.ndarray, data: SelectionData) -> np.ndarray:
     """``[m]`` selection accuracy (abstentions count as wrong) of each column used alone."""
     out = np.zeros(scores.shape[1])
@@ -127,11 +138,14 @@ class NaiveEnsemble(Selector):
         return self
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
-        Z = self.normalizer_.transform(data.scores[:, self.columns_])
+        return per_distinct_row(self._mean, self.normalizer_.transform(data.scores[:, self.columns_]))
+
+    @staticmethod
+    def _mean(Z: np.ndarray) -> np.ndarray:
         observed = ~np.isnan(Z)
         count = observed.sum(axis=1)
         total = np.where(observed, Z, 0.0).sum(axis=1)
-        return np.divide(total, count, out=np.full(data.n_candidates, np.nan), where=count > 0)
+        return np.divide(total, count, out=np.full(Z.shape[0], np.nan), where=count > 0)
 
 
 @SELECTORS.register("supervised")
@@ -178,7 +192,8 @@ class Supervised(Selector):
     def _fit_predict(self, X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray) -> np.ndarray:
         if np.unique(y_train).size < 2:  # one class only: every candidate gets its rate (a tie)
             return np.full(X_test.shape[0], float(y_train.mean()) if y_train.size else 0.5)
-        return self._pipeline().fit(X_train, y_train).predict_proba(X_test)[:, 1]
+        model = self._pipeline().fit(X_train, y_train)
+        return per_distinct_row(lambda rows: model.predict_proba(rows)[:, 1], X_test)
 
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "Supervised":
         from sklearn.model_selection import GroupKFold
@@ -207,8 +222,8 @@ class Supervised(Selector):
         scores = np.empty(data.n_candidates)
         scores[seen] = [self.out_of_fold_[k] for k, s in zip(keys, seen) if s]
         if (~seen).any():
-            scores[~seen] = (self.model_.predict_proba(X[~seen])[:, 1] if self.model_ is not None
-                             else self.base_rate_)
+            scores[~seen] = (per_distinct_row(lambda rows: self.model_.predict_proba(rows)[:, 1], X[~seen])
+                             if self.model_ is not None else self.base_rate_)
         return scores
 
 

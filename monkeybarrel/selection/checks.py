@@ -40,7 +40,7 @@ def make_data(n_problems: int = 12, max_candidates: int = 8, n_verifiers: int = 
     """Synthetic ``SelectionData`` with informative verifiers, answers and labels.
 
     Problems have 1..``max_candidates`` candidates; correct candidates share one answer and score
-    higher on average. Returns ``(data, labels)``.
+    higher on average; texts end with the answer. Returns ``(data, labels)``.
     """
     rng = np.random.default_rng(seed)
     sizes = rng.integers(1, max_candidates + 1, n_problems)
@@ -51,8 +51,10 @@ def make_data(n_problems: int = 12, max_candidates: int = 8, n_verifiers: int = 
     scores = rng.normal(size=(n, n_verifiers)) + labels[:, None] * rng.uniform(0.5, 1.5, n_verifiers)
     scores[rng.random((n, n_verifiers)) < nan_share] = np.nan
     answers = [("right" if ok else f"wrong{rng.integers(3)}") for ok in labels]
+    words = np.array(["first", "then", "so", "add", "subtract", "times", "check", "carry"])
+    texts = [f"{' '.join(rng.choice(words, 6))}. The answer is {answer}." for answer in answers]
     keys = pa.table({"problem_id": problem_id, "generator_id": ["gen"] * n, "sample_index": sample_index})
-    data = SelectionData.build(keys, scores, tuple(f"v{j}" for j in range(n_verifiers)), answers)
+    data = SelectionData.build(keys, scores, tuple(f"v{j}" for j in range(n_verifiers)), answers, texts=texts)
     return data, labels
 
 
@@ -151,7 +153,7 @@ def check_ties(selector: Selector) -> None:
     # each problem's candidates become identical copies of its first one
     first = np.array([np.flatnonzero(data.groups == g)[0] for g in range(data.n_problems)])
     source = first[data.groups]
-    tied = replace(data, scores=data.scores[source], answers=data.answers[source])
+    tied = replace(data, scores=data.scores[source], answers=data.answers[source], texts=data.texts[source])
     tied_labels = labels[source]
     order = np.random.default_rng(1).permutation(data.n_candidates)  # the smallest index is not always first
     shuffled = tied.subset(order)

@@ -176,21 +176,26 @@ class ScoreNormalizer(TransformerMixin, BaseEstimator):
 
 
 # ---- the label model --------------------------------------------------------------------------
-def bin_indicators(X: np.ndarray, cutoffs: np.ndarray) -> list[np.ndarray]:
-    """One ``[n, m]`` float indicator matrix (column-major) per bin.
+def bin_codes(X: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
+    """``[n, m]`` int8 bin of every score: the number of cutoffs it reaches (>=); ``n_bins`` for NaN.
 
     Args:
-        X: ``[n, m]`` raw scores, NaN = abstain (in no bin).
-        cutoffs: ``[n_bins - 1, m]`` ascending raw-score cutoffs; a score's bin is the number of
-            cutoffs it reaches (>=), so with one cutoff bin 1 is the positive vote.
+        X: ``[n, m]`` raw scores, NaN = abstain.
+        cutoffs: ``[n_bins - 1, m]`` ascending raw-score cutoffs; with one cutoff, bin 1 is the
+            positive vote and bin 0 the negative one.
     """
-    X = np.asfortranarray(X)
-    level = np.zeros(X.shape, dtype=np.int8, order="F")
+    codes = np.zeros(X.shape, dtype=np.int8)
     with np.errstate(invalid="ignore"):
         for cut in cutoffs:
-            level += X >= cut
-    missing = np.isnan(X)
-    return [((level == b) & ~missing).astype(np.float64, order="F") for b in range(cutoffs.shape[0] + 1)]
+            codes += X >= cut
+    codes[np.isnan(X)] = cutoffs.shape[0] + 1
+    return codes
+
+
+def bin_indicators(X: np.ndarray, cutoffs: np.ndarray) -> list[np.ndarray]:
+    """One ``[n, m]`` float indicator matrix (column-major) per bin; a NaN score is in none."""
+    codes = np.asfortranarray(bin_codes(X, cutoffs))
+    return [(codes == b).astype(np.float64, order="F") for b in range(cutoffs.shape[0] + 1)]
 
 
 def fit_latent_class(votes: np.ndarray, prior: float | None = None, smoothing: float = 0.5,
@@ -487,10 +492,15 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
 
     # ---- prediction --------------------------------------------------------------------------
     def _decision(self, X: np.ndarray) -> np.ndarray:
-        out = np.full(X.shape[0], np.log(self.prior_ / (1 - self.prior_)))
-        for b, ind in enumerate(bin_indicators(X, self.cutoffs_)):
-            out += ind @ self.weights_[b]
-        return out
+        """Log-odds computed once per distinct vote pattern, so equal votes give bitwise-equal scores
+        (a BLAS product may round identical rows differently, which would break ties arbitrarily)."""
+        codes = bin_codes(X, self.cutoffs_)
+        m = codes.shape[1]
+        keys = np.ascontiguousarray(codes).view(np.dtype((np.void, m))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        table = np.vstack([self.weights_, np.zeros((1, m))])  # the last row: abstain
+        values = np.log(self.prior_ / (1 - self.prior_)) + table[codes[first], np.arange(m)].sum(axis=1)
+        return values[inverse.reshape(-1)]
 
     def decision_function(self, X: Any) -> np.ndarray:
         """``[n]`` posterior log-odds that each candidate is correct (monotone in P(correct))."""
