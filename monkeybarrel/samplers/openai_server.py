@@ -1,0 +1,291 @@
+"""The ``openai`` backend: sampling from any OpenAI-compatible chat-completions server.
+
+Works with ``vllm serve``, SGLang, TGI, llama.cpp's server, hosted APIs and
+``python -m monkeybarrel.samplers.serving``. Requests run concurrently on an asyncio loop in a
+background thread (``max_concurrency`` HTTP requests in flight) and each problem's candidates are
+yielded as soon as they are back. A problem's samples go out as one request with ``n`` choices
+(split into pieces of at most ``max_n``); a server that refuses ``n`` > 1 (HTTP 400) or returns fewer
+choices than asked gets one request per sample from then on. HTTP 408/409/429/5xx answers,
+time-outs and connection errors are retried with exponential backoff and full jitter (honouring
+``Retry-After``); a request that still fails becomes error candidates.
+
+Token counts come from ``usage``: exact per sample when a request carries one sample or the server
+returns per-choice ``token_ids`` (vLLM with ``extra_body: {return_token_ids: true}``); otherwise a
+choice cut at ``max_tokens`` counts ``max_tokens`` and the rest of the request's completion tokens is
+split over the other choices in proportion to their text length (the total stays exact).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+from ..core.config import GeneratorSpec
+from ..core.records import Candidate
+from .base import SAMPLERS, SampleRequest, Sampler
+
+RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+"""HTTP statuses worth retrying: time-outs, rate limits and server-side failures."""
+
+
+class ServerError(RuntimeError):
+    """An HTTP error answer (``status``) or a failed transport (``status`` None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One HTTP request: these sample indices with ``n = len(indices)`` choices."""
+
+    indices: tuple[int, ...]
+    seed: int
+
+
+def sub_seed(seed: int, offset: int) -> int:
+    """The seed of the piece starting ``offset`` samples into a request (``seed`` itself at 0)."""
+    if offset == 0:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"{seed}/{offset}".encode()).digest()[:8], "little") >> 1
+
+
+def split_tokens(total: int, texts: list[str], truncated: list[bool], max_tokens: int) -> list[int]:
+    """Split a request's ``total`` completion tokens over its choices (when the server gives no per-choice counts).
+
+    A choice cut at ``max_tokens`` (``truncated``) holds exactly ``max_tokens``; the rest of the total is
+    split over the others in proportion to their text length (largest remainders), so the sum is ``total``.
+    If the counts are inconsistent (too few tokens for the truncated ones) everything is split by length.
+    """
+    if not texts:
+        return []
+    fixed = max_tokens * sum(truncated)
+    free = [i for i, cut in enumerate(truncated) if not cut]
+    if fixed > total or (not free and fixed != total):
+        truncated, free, fixed = [False] * len(texts), list(range(len(texts))), 0
+    counts = [max_tokens if cut else 0 for cut in truncated]
+    rest = total - fixed
+    weights = [max(len(texts[i]), 1) for i in free]
+    shares = [rest * w / sum(weights) for w in weights] if free else []
+    for i, share in zip(free, shares):
+        counts[i] = int(share)
+    order = sorted(range(len(free)), key=lambda j: int(shares[j]) - shares[j])
+    for j in order[: rest - sum(counts[i] for i in free)]:
+        counts[free[j]] += 1
+    return counts
+
+
+@SAMPLERS.register("openai")
+class OpenAISampler(Sampler):
+    """Samples from an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Args:
+        spec: ``model`` is the served model name; ``temperature``, ``top_p``, ``max_tokens`` and the
+            request seeds go into every request.
+        base_url: the API root including ``/v1`` (default ``$OPENAI_BASE_URL``, else
+            ``http://127.0.0.1:8000/v1``, where ``vllm serve`` listens).
+        api_key: bearer token (default ``$OPENAI_API_KEY``; no header when neither is set).
+        max_concurrency: HTTP requests in flight at once.
+        max_retries: retries of one HTTP request after a retryable failure.
+        backoff_s: delay cap before the first retry (seconds); doubles each retry up to ``max_backoff_s``.
+        max_backoff_s: largest delay cap between retries (seconds).
+        timeout_s: time-out of one HTTP request (seconds).
+        use_n: ask for several choices per request (None: yes until the server shows it cannot).
+        max_n: most choices in one request; larger requests are split.
+        extra_body: extra JSON fields for every request, e.g. ``{"top_k": 20}`` or
+            ``{"return_token_ids": true}`` for vLLM.
+    """
+
+    def __init__(self, spec: GeneratorSpec, base_url: str | None = None, api_key: str | None = None,
+                 max_concurrency: int = 32, max_retries: int = 5, backoff_s: float = 1.0, max_backoff_s: float = 60.0,
+                 timeout_s: float = 600.0, use_n: bool | None = None, max_n: int = 128,
+                 extra_body: dict[str, Any] | None = None) -> None:
+        super().__init__(spec)
+        for name, value, low in (("max_concurrency", max_concurrency, 1), ("max_retries", max_retries, 0),
+                                 ("max_n", max_n, 1), ("timeout_s", timeout_s, 1e-3), ("backoff_s", backoff_s, 0)):
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "http://127.0.0.1:8000/v1").rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.max_concurrency, self.max_retries = max_concurrency, max_retries
+        self.backoff_s, self.max_backoff_s, self.timeout_s = backoff_s, max_backoff_s, timeout_s
+        self.use_n, self.max_n = use_n, max_n
+        self.extra_body = dict(extra_body or {})
+        self.http_stats: dict[str, int] = {"requests": 0, "retries": 0}
+        """HTTP requests sent and retries made (for tests and logs)."""
+
+    # ---- the sync face ---------------------------------------------------------------------
+    def _sample(self, request: SampleRequest) -> list[Candidate]:
+        return [c for batch in self.sample([request]) for c in batch]
+
+    def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
+        """Yield each request's candidates in completion order (requests run concurrently)."""
+        requests = list(requests)
+        if not requests:
+            return
+        import httpx  # noqa: F401  (fail here, in the caller's thread, when the extra is missing)
+
+        results: queue.Queue = queue.Queue()
+        loop = asyncio.new_event_loop()
+        holder: dict[str, asyncio.Task] = {}
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            holder["task"] = loop.create_task(self._run(requests, results))
+            try:
+                loop.run_until_complete(holder["task"])
+            except BaseException as exc:  # cancelled by close(), or a bug: surface it to the caller
+                results.put(exc)
+            finally:
+                loop.close()
+
+        thread = threading.Thread(target=run, daemon=True, name=f"openai-sampler-{self.generator_id}")
+        thread.start()
+        try:
+            for _ in requests:
+                item = results.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if thread.is_alive() and "task" in holder:
+                loop.call_soon_threadsafe(holder["task"].cancel)
+            thread.join()
+
+    # ---- the async core --------------------------------------------------------------------
+    async def _run(self, requests: list[SampleRequest], results: queue.Queue) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
+        slots = asyncio.Semaphore(self.max_concurrency)
+        todo: asyncio.Queue[SampleRequest] = asyncio.Queue()
+        for request in requests:
+            todo.put_nowait(request)
+        async with httpx.AsyncClient(base_url=self.base_url, headers=headers, limits=limits,
+                                     timeout=httpx.Timeout(self.timeout_s)) as client:
+
+            async def worker() -> None:
+                while not todo.empty():
+                    request = todo.get_nowait()
+                    started = time.perf_counter()
+                    try:
+                        candidates = await self._request(client, slots, request)
+                    except Exception as exc:  # a failed request is recorded, the others go on
+                        candidates = self.failed(request, exc, time.perf_counter() - started)
+                    results.put(candidates)
+
+            await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(requests)))))
+
+    async def _request(self, client, slots: asyncio.Semaphore, request: SampleRequest) -> list[Candidate]:
+        """All candidates of one request: ``n``-choice pieces, or one HTTP request per sample."""
+        indices = request.sample_indices
+        if self.use_n is False:
+            pieces = [_Piece((i,), sub_seed(request.seed, k)) for k, i in enumerate(indices)]
+        else:
+            pieces = [_Piece(indices[k:k + self.max_n], sub_seed(request.seed, k))
+                      for k in range(0, len(indices), self.max_n)]
+        parts = await asyncio.gather(*(self._piece(client, slots, request, piece) for piece in pieces))
+        return sorted((c for part in parts for c in part), key=lambda c: c.sample_index)
+
+    async def _piece(self, client, slots: asyncio.Semaphore, request: SampleRequest, piece: _Piece) -> list[Candidate]:
+        started = time.perf_counter()
+        try:
+            answer = await self._post(client, slots, self._body(request, len(piece.indices), piece.seed))
+        except ServerError as exc:
+            if exc.status != 400 or len(piece.indices) == 1:
+                raise
+            # Some servers refuse n > 1: draw the samples one by one; stay that way if it works.
+            single = [_Piece((i,), sub_seed(piece.seed, k)) for k, i in enumerate(piece.indices)]
+            parts = await asyncio.gather(*(self._piece(client, slots, request, p) for p in single))
+            if self.use_n is None:
+                self.use_n = False
+            return [c for part in parts for c in part]
+        choices = sorted(answer.get("choices") or [], key=lambda c: c.get("index", 0))[: len(piece.indices)]
+        candidates = self._candidates(request, piece, answer, choices, time.perf_counter() - started)
+        if len(choices) < len(piece.indices):  # the server ignored n: fetch the rest one by one
+            if self.use_n is None:
+                self.use_n = False
+            rest = [_Piece((i,), sub_seed(piece.seed, k)) for k, i in enumerate(piece.indices) if k >= len(choices)]
+            parts = await asyncio.gather(*(self._piece(client, slots, request, p) for p in rest))
+            candidates += [c for part in parts for c in part]
+        return candidates
+
+    def _body(self, request: SampleRequest, n: int, seed: int) -> dict[str, Any]:
+        spec = self.spec
+        body: dict[str, Any] = {"model": spec.model, "messages": self.messages(request.problem),
+                                "temperature": spec.temperature, "top_p": spec.top_p,
+                                "max_tokens": spec.max_tokens, "seed": seed}
+        if n > 1:
+            body["n"] = n
+        return {**body, **self.extra_body}
+
+    def _candidates(self, request: SampleRequest, piece: _Piece, answer: dict[str, Any],
+                    choices: list[dict[str, Any]], wall_s: float) -> list[Candidate]:
+        usage = answer.get("usage") or {}
+        texts = [(c.get("message") or {}).get("content") or "" for c in choices]
+        if all(isinstance(c.get("token_ids"), list) for c in choices):
+            tokens = [len(c["token_ids"]) for c in choices]
+        else:
+            tokens = split_tokens(int(usage.get("completion_tokens") or 0), texts,
+                                  [c.get("finish_reason") == "length" for c in choices], self.spec.max_tokens)
+        share = wall_s / max(len(choices), 1)
+        out = []
+        for index, choice, text, count in zip(piece.indices, choices, texts, tokens):
+            reason = choice.get("finish_reason") or "stop"
+            out.append(Candidate(
+                problem_id=request.problem.problem_id, generator_id=self.generator_id, sample_index=index,
+                text=text, prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=count,
+                finish_reason="error" if reason == "abort" else reason, wall_time_s=share, seed=piece.seed,
+                error="the server aborted the request" if reason == "abort" else None))
+        return out
+
+    async def _post(self, client, slots: asyncio.Semaphore, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``/chat/completions`` with retries; returns the JSON answer or raises ServerError."""
+        import httpx
+
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                async with slots:
+                    self.http_stats["requests"] += 1
+                    response = await client.post("/chat/completions", json=body)
+            except httpx.TransportError as exc:  # time-outs, refused or dropped connections
+                error = ServerError(f"{type(exc).__name__} talking to {self.base_url}: {exc}")
+            else:
+                if response.status_code == 200:
+                    return response.json()
+                error = ServerError(f"HTTP {response.status_code} from {self.base_url}/chat/completions: "
+                                    f"{_error_message(response)}", response.status_code)
+                if response.status_code not in RETRY_STATUS:
+                    raise error
+                retry_after = _retry_after(response.headers.get("Retry-After"))
+            if attempt == self.max_retries:
+                raise ServerError(f"gave up after {attempt + 1} attempts: {error}", error.status)
+            self.http_stats["retries"] += 1
+            cap = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
+            await asyncio.sleep(max(random.uniform(0, cap), retry_after or 0.0))
+        raise AssertionError("unreachable")
+
+
+def _error_message(response) -> str:
+    try:
+        error = response.json().get("error")
+        return str(error.get("message", error)) if isinstance(error, dict) else str(error)
+    except Exception:
+        return response.text[:500]
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: fall back to our own backoff

