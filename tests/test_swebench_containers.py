@@ -120,3 +120,50 @@ def test_votes_with_reproduction_tests(instances, pool):
     if mutants:
         assert matrix.votes[1] < matrix.votes[0]
     assert np.all(matrix.applied)
+
+
+class ScriptedChat:
+    """Stands in for the LLM's replies only, to drive every branch of the protocol deterministically."""
+
+    def __init__(self, replies):
+        self.replies, self.seen = {k: list(v) for k, v in replies.items()}, []
+
+    def complete(self, conversations, n=1, seed=0):
+        self.seen.append(len(conversations))
+        return [[self.replies[c[1]["content"].split("\n")[1]].pop(0)] for c in conversations]
+
+
+def test_state_machine_protocol_in_lockstep(instances, pool):
+    from monkeybarrel.swebench.state_machine import SelectionJob, SelectionStateMachine
+
+    a, b = instances["inflection__inflection-0004"], instances["parse__parse-0001"]
+    wrong = read_predictions(TASKSET / "predictions" / "mutants.jsonl")[a.instance_id][0]["model_patch"]
+    chat = ScriptedChat({
+        a.problem_statement.split("\n")[0]: ["no tags at all", "<test>\nimport sys\nprint('probe')\nsys.exit(2)\n</test>",
+                                             "<chosen_candidate_fix_id>1</chosen_candidate_fix_id>"],
+        b.problem_statement.split("\n")[0]: ["<chosen_candidate_fix_id>0</chosen_candidate_fix_id>",
+                                             "<test>import sys\nsys.exit(0)</test>", "<chosen_candidate_fix_id>7</chosen_candidate_fix_id>"],
+    })
+    machine = SelectionStateMachine(chat, pool, max_attempts=3, timeout_s=20)
+    jobs = [SelectionJob(a.problem_statement, a.image_name, a.repo_dir, a.base_commit, (wrong, a.patch)),
+            SelectionJob(b.problem_statement, b.image_name, b.repo_dir, b.base_commit, (b.patch, b.patch + "\n"))]
+    first, second = machine.run_many(jobs)
+    assert chat.seen == [2, 2, 2], "one batched LLM call per round"
+    assert first.selected == 1 and first.final == 1 and first.attempts == 3
+    assert [e["event"] for e in first.transcript["events"]] == ["format_error", "test", "choice"]
+    runs = first.transcript["executions"][0]
+    assert [r["target"] for r in runs] == ["original", "candidate 0", "candidate 1"]
+    assert all(r["exit_code"] == 2 and "probe" in r["output"] for r in runs)
+    assert second.selected is None and second.final == 0, "an out-of-range id is no selection"
+    assert [e["event"] for e in second.transcript["events"]] == ["format_error", "test", "choice"]
+    assert second.transcript["messages"][-1]["role"] == "assistant"
+
+
+def test_state_machine_stops_at_max_attempts(instances, pool):
+    from monkeybarrel.swebench.state_machine import SelectionJob, SelectionStateMachine
+
+    a = instances["inflection__inflection-0004"]
+    chat = ScriptedChat({a.problem_statement.split("\n")[0]: ["nothing"] * 5})
+    outcome = SelectionStateMachine(chat, pool, max_attempts=2).run_many(
+        [SelectionJob(a.problem_statement, a.image_name, a.repo_dir, a.base_commit, (a.patch, a.patch + "\n"))])[0]
+    assert outcome.attempts == 2 and outcome.selected is None and outcome.final == 0 and chat.seen == [1, 1]

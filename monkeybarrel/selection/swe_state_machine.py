@@ -33,6 +33,7 @@ class SWEStateMachine(Selector):
         transcript_dir: where transcripts are written.
         repos_dir: git checkouts for the file context (default: the instances' images).
         cache_dir, max_workers, timeout_s: the container pool.
+        context_chars: characters of current file contents shown to the model.
         seed: sampling seed.
     """
 
@@ -42,12 +43,13 @@ class SWEStateMachine(Selector):
                  max_tokens: int = 512, base_url: str | None = None, sampler_options: dict | None = None,
                  votes_artifacts_dir: str | None = None, transcript_dir: str = "swe_transcripts",
                  repos_dir: str | None = None, cache_dir: str | None = None, max_workers: int = 2,
-                 timeout_s: float = 30.0, seed: int = 0) -> None:
+                 timeout_s: float = 30.0, context_chars: int = 3000, seed: int = 0) -> None:
         self.path, self.dataset, self.split, self.votes, self.ensemble = path, dataset, split, votes, ensemble
         self.max_candidates, self.max_attempts, self.backend, self.model = max_candidates, max_attempts, backend, model
         self.temperature, self.max_tokens, self.base_url, self.sampler_options = temperature, max_tokens, base_url, sampler_options
         self.votes_artifacts_dir, self.transcript_dir, self.repos_dir = votes_artifacts_dir, transcript_dir, repos_dir
         self.cache_dir, self.max_workers, self.timeout_s, self.seed = cache_dir, max_workers, timeout_s, seed
+        self.context_chars = context_chars
 
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "SWEStateMachine":
         super().fit(data, labels)
@@ -55,7 +57,7 @@ class SWEStateMachine(Selector):
         from ..swebench.diffs import MalformedPatch, is_trivial, normalize_patch
         from ..swebench.llm import ChatLLM
         from ..swebench.schema import load_instances
-        from ..swebench.state_machine import SelectionStateMachine, barrel_of_monkeys
+        from ..swebench.state_machine import SelectionJob, SelectionStateMachine, barrel_of_monkeys
         from ..swebench.voting import rank_candidates
         from ..tasks.swebench import DEFAULT_CACHE
 
@@ -74,6 +76,7 @@ class SWEStateMachine(Selector):
         self.pool_stats_: dict[str, Any] = {}
         out_dir = Path(self.transcript_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
+        jobs, where = [], []
         try:
             for group, problem_id in enumerate(data.problems.astype(str)):
                 rows = np.flatnonzero(data.groups == group)
@@ -100,20 +103,22 @@ class SWEStateMachine(Selector):
                 if len(candidates) == 1:
                     self.chosen_[group] = rows[order[0]]
                     continue
-                outcome = machine.run(instance.problem_statement, instance.image_name, instance.repo_dir,
-                                      instance.base_commit, candidates, self._context(instance, candidates),
-                                      self._example_test(problem_id))
-                self.chosen_[group] = rows[order[outcome.final]]
+                image, repo_dir = instance.environment
+                jobs.append(SelectionJob(instance.problem_statement, image, repo_dir, instance.base_commit,
+                                         tuple(candidates), self._context(instance, candidates), self._example_test(problem_id)))
+                where.append((group, problem_id, [int(rows[i]) for i in order]))
+            for (group, problem_id, candidate_rows), outcome in zip(where, machine.run_many(jobs)):
+                self.chosen_[group] = candidate_rows[outcome.final]
                 self.attempts_[group] = outcome.attempts
                 (out_dir / f"{problem_id}.json").write_text(json.dumps(
-                    {"problem_id": problem_id, "candidate_rows": [int(rows[i]) for i in order], **outcome.transcript}, indent=1))
+                    {"problem_id": problem_id, "candidate_rows": candidate_rows, **outcome.transcript}, indent=1))
         finally:
             llm.close()
         self.pool_stats_ = pool.stats.as_dict()
         self.n_fitted_ = data.n_candidates
         return self
 
-    def _context(self, instance, candidates: list[str], max_chars: int = 6000) -> str:
+    def _context(self, instance, candidates: list[str]) -> str:
         from ..swebench.diffs import normalize_patch
         from ..swebench.retrieval import context_block, repo_files
 
@@ -122,7 +127,7 @@ class SWEStateMachine(Selector):
             files = repo_files(instance, self.repos_dir)
         except Exception:  # context is optional: the machine still runs on diffs alone
             return ""
-        return context_block(files, [p for p in paths if p in files], max_chars)
+        return context_block(files, [p for p in paths if p in files], self.context_chars)
 
     def _example_test(self, problem_id: str) -> str | None:
         """The test that passed on most patches while failing (exit 2) on the original code, from the votes artifacts."""

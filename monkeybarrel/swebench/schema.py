@@ -65,6 +65,14 @@ class SWEInstance(BaseModel):
         return value
 
     @property
+    def environment(self) -> tuple[str, str]:
+        """(docker image, repository path in it) for running code: the local fields, else the official
+        harness's instance image (``sweb.eval.x86_64.<id>``, built by ``swebench``) with the repo at /testbed."""
+        if self.image_name:
+            return self.image_name, self.repo_dir or "/testbed"
+        return f"sweb.eval.x86_64.{self.instance_id.replace('__', '_1776_')}:latest", "/testbed"
+
+    @property
     def test_files(self) -> list[str]:
         """Files holding the FAIL_TO_PASS/PASS_TO_PASS tests (pytest node ids ``file::name``), sorted."""
         return sorted({t.split("::", 1)[0] for t in (*self.FAIL_TO_PASS, *self.PASS_TO_PASS) if "::" in t})

@@ -45,6 +45,19 @@ FORMAT_ERROR = ("Your reply must contain exactly one of <test>...</test> or "
 _CHOICE = re.compile(r"<chosen_candidate_fix_id>\s*(-?\d+)\s*</chosen_candidate_fix_id>")
 
 
+@dataclass(frozen=True)
+class SelectionJob:
+    """One instance for the machine: the issue, where to run code, the candidates (normalised patches)."""
+
+    issue: str
+    image: str
+    repo_dir: str
+    base_commit: str
+    candidates: tuple[str, ...]
+    context: str = ""
+    example_test: str | None = None
+
+
 @dataclass
 class SelectionOutcome:
     """Result of one run of the machine.
@@ -97,52 +110,82 @@ class SelectionStateMachine:
     def run(self, issue: str, image: str, repo_dir: str, base_commit: str, candidates: Sequence[str],
             context: str = "", example_test: str | None = None) -> SelectionOutcome:
         """Choose among ``candidates`` (normalised patches) for one instance."""
-        listing = "\n".join(f"### Candidate {i}\n```diff\n{p}```" for i, p in enumerate(candidates))
-        example = f"\n## An example test written earlier\n```python\n{example_test}```\n" if example_test else ""
-        messages = [{"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": INITIAL.format(issue=issue.strip(), context=context or "(not available)",
-                                                               candidates=listing, example=example)}]
-        transcript: dict[str, Any] = {"candidates": list(candidates), "example_test": example_test, "tests": [],
-                                      "executions": [], "events": []}
-        selected, attempts, state = None, 0, "write_test"
-        while attempts < self.max_attempts:
-            reply = self.llm.complete([messages], n=1, seed=self.seed + attempts)[0][0]
-            attempts += 1
-            messages.append({"role": "assistant", "content": reply})
-            test = extract_script(reply, tag="test")
-            choice = _CHOICE.search(reply)
-            if state == "write_test" and choice is not None and test is None:
-                choice = None  # the first reply must be a test
-            if (test is None) == (choice is None):
-                transcript["events"].append({"attempt": attempts, "event": "format_error", "state": state})
-                messages.append({"role": "user", "content": FORMAT_ERROR.format(
-                    first=" (your first reply must be a test)" if state == "write_test" else "")})
-                continue
-            if choice is not None:
-                index = int(choice.group(1))
-                selected = index if 0 <= index < len(candidates) else None
-                transcript["events"].append({"attempt": attempts, "event": "choice", "id": index, "valid": selected is not None})
-                break
-            outputs = self.execute(test, image, repo_dir, base_commit, candidates)
-            transcript["tests"].append(test)
-            transcript["executions"].append(outputs)
-            transcript["events"].append({"attempt": attempts, "event": "test", "state": state})
-            messages.append({"role": "user", "content": SELECT_OR_REVISE.format(outputs=self._render(outputs))})
-            state = "select_or_revise"
-        transcript["messages"] = messages
-        transcript.update(selected=selected, attempts=attempts)
-        final = selected if selected is not None else 0
-        transcript["final"] = final
-        return SelectionOutcome(final=final, selected=selected, attempts=attempts, transcript=transcript)
+        return self.run_many([SelectionJob(issue, image, repo_dir, base_commit, tuple(candidates), context, example_test)])[0]
 
-    def execute(self, test: str, image: str, repo_dir: str, base_commit: str, candidates: Sequence[str]) -> list[dict]:
-        """Run ``test`` on the original code (first entry) and on each candidate."""
-        execution = script_execution(test, self.timeout_s)
-        jobs = [(Workspace(image, repo_dir, base_commit, p), [execution]) for p in [None, *candidates]]
-        results = [runs[0] for runs in self.pool.run(jobs)]
-        return [{"target": "original" if i == 0 else f"candidate {i - 1}", "exit_code": r.exit_code,
-                 "timed_out": r.timed_out, "patch_applied": r.patch_applied, "output": r.output[-self.output_chars:]}
-                for i, r in enumerate(results)]
+    def run_many(self, jobs: Sequence["SelectionJob"]) -> list[SelectionOutcome]:
+        """Run the machine for many instances in lockstep: each round is one batched LLM call over the
+        instances still undecided and one pool run of all their new tests (same result as one by one)."""
+        states = [self._start(job) for job in jobs]
+        for attempt in range(1, self.max_attempts + 1):
+            active = [s for s in states if not s["done"]]
+            if not active:
+                break
+            replies = self.llm.complete([s["messages"] for s in active], n=1, seed=self.seed + attempt - 1)
+            pending = []
+            for state, [reply] in zip(active, replies):
+                test = self._step(state, reply, attempt)
+                if test is not None:
+                    pending.append((state, test))
+            outputs = self.execute_many([(s["job"], t) for s, t in pending])
+            for (state, test), result in zip(pending, outputs):
+                state["transcript"]["tests"].append(test)
+                state["transcript"]["executions"].append(result)
+                state["messages"].append({"role": "user", "content": SELECT_OR_REVISE.format(outputs=self._render(result))})
+                state["state"] = "select_or_revise"
+        return [self._finish(s) for s in states]
+
+    def _start(self, job: "SelectionJob") -> dict[str, Any]:
+        listing = "\n".join(f"### Candidate {i}\n```diff\n{p}```" for i, p in enumerate(job.candidates))
+        example = f"\n## An example test written earlier\n```python\n{job.example_test}```\n" if job.example_test else ""
+        messages = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": INITIAL.format(issue=job.issue.strip(), context=job.context or "(not available)",
+                                                               candidates=listing, example=example)}]
+        transcript = {"candidates": list(job.candidates), "example_test": job.example_test, "tests": [],
+                      "executions": [], "events": []}
+        return {"job": job, "messages": messages, "transcript": transcript, "state": "write_test",
+                "selected": None, "attempts": 0, "done": False}
+
+    def _step(self, state: dict[str, Any], reply: str, attempt: int) -> str | None:
+        """Apply one reply; returns a test to run, or None (format error or a decision)."""
+        state["attempts"] = attempt
+        state["messages"].append({"role": "assistant", "content": reply})
+        events = state["transcript"]["events"]
+        test = extract_script(reply, tag="test")
+        choice = _CHOICE.search(reply)
+        if state["state"] == "write_test" and choice is not None and test is None:
+            choice = None  # the first reply must be a test
+        if (test is None) == (choice is None):
+            events.append({"attempt": attempt, "event": "format_error", "state": state["state"]})
+            state["messages"].append({"role": "user", "content": FORMAT_ERROR.format(
+                first=" (your first reply must be a test)" if state["state"] == "write_test" else "")})
+            return None
+        if choice is not None:
+            index = int(choice.group(1))
+            state["selected"] = index if 0 <= index < len(state["job"].candidates) else None
+            events.append({"attempt": attempt, "event": "choice", "id": index, "valid": state["selected"] is not None})
+            state["done"] = True
+            return None
+        events.append({"attempt": attempt, "event": "test", "state": state["state"]})
+        return test
+
+    @staticmethod
+    def _finish(state: dict[str, Any]) -> SelectionOutcome:
+        transcript = state["transcript"]
+        final = state["selected"] if state["selected"] is not None else 0
+        transcript.update(messages=state["messages"], selected=state["selected"], attempts=state["attempts"], final=final)
+        return SelectionOutcome(final=final, selected=state["selected"], attempts=state["attempts"], transcript=transcript)
+
+    def execute_many(self, items: Sequence[tuple["SelectionJob", str]]) -> list[list[dict]]:
+        """Run each test on its instance's original code and candidates, all in one pool run."""
+        jobs, spans = [], []
+        for job, test in items:
+            execution = script_execution(test, self.timeout_s)
+            spans.append((len(jobs), len(job.candidates) + 1))
+            jobs.extend((Workspace(job.image, job.repo_dir, job.base_commit, p), [execution]) for p in [None, *job.candidates])
+        results = [runs[0] for runs in self.pool.run(jobs)] if jobs else []
+        return [[{"target": "original" if i == 0 else f"candidate {i - 1}", "exit_code": r.exit_code,
+                  "timed_out": r.timed_out, "patch_applied": r.patch_applied, "output": r.output[-self.output_chars:]}
+                 for i, r in enumerate(results[start:start + size])] for start, size in spans]
 
     @staticmethod
     def _render(outputs: list[dict]) -> str:

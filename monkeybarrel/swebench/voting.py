@@ -53,7 +53,9 @@ def extract_script(text: str | None, tag: str | None = None) -> str | None:
 def script_execution(script: str, timeout_s: float = 60.0) -> Execution:
     """Run a generated test script from the repository root."""
     name = f"/tmp/mb/gen_{hashlib.sha256(script.encode()).hexdigest()[:16]}.py"
-    return Execution(command=f"python {name}", files=((name, script),), timeout_s=timeout_s)
+    # harness images keep the project's Python in a conda env named testbed; local images have it on PATH
+    activate = "if [ -f /opt/miniconda3/bin/activate ]; then . /opt/miniconda3/bin/activate testbed; fi; "
+    return Execution(command=f"{activate}python {name}", files=((name, script),), timeout_s=timeout_s)
 
 
 def exit_code(result: ExecResult) -> int:

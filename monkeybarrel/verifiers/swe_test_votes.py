@@ -80,8 +80,10 @@ class SWETestVotes(Verifier):
                 patch = None
             patches.append(None if is_trivial(patch) else patch)
         tests = self.write_tests(problem)
-        meta = problem.metadata
-        matrix = run_vote_matrix(self.pool, meta["image_name"], meta["repo_dir"], meta["base_commit"],
+        from ..tasks.swebench import public_instance
+
+        image, repo_dir = public_instance(problem).environment
+        matrix = run_vote_matrix(self.pool, image, repo_dir, problem.metadata["base_commit"],
                                  [p for p in patches if p is not None], tests, self.timeout_s)
         votes = dict(zip(matrix.patches, matrix.votes.tolist()))
         applied = dict(zip(matrix.patches, matrix.applied.tolist()))
