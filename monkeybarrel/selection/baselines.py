@@ -51,6 +51,7 @@ class BestSingle(Selector):
 
     Args:
         verifier: the verifier to use; None = pick without labels.
+        verifiers: the candidates for the pick (default: every column).
         normalize, threshold: passed to the ``WeaverModel`` used for the pick.
 
     Attributes:
@@ -58,8 +59,10 @@ class BestSingle(Selector):
         estimated_gap_: ``{verifier: TPR - FPR}`` as estimated without labels (when picked).
     """
 
-    def __init__(self, verifier: str | None = None, normalize: str = "quantile", threshold: float = 0.5) -> None:
+    def __init__(self, verifier: str | None = None, verifiers: list[str] | None = None, normalize: str = "quantile",
+                 threshold: float = 0.5) -> None:
         self.verifier = verifier
+        self.verifiers = verifiers
         self.normalize = normalize
         self.threshold = threshold
 
@@ -71,15 +74,17 @@ class BestSingle(Selector):
             verifier_columns(data, [self.verifier])
             self.verifier_ = self.verifier
             return self
+        columns = verifier_columns(data, self.verifiers)
+        names = [data.verifiers[c] for c in columns]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # too few verifiers: vote-count fallback, gap unknown
-            model = WeaverModel(normalize=self.normalize, threshold=self.threshold, min_gap=0.0).fit(data.scores)
+            model = WeaverModel(normalize=self.normalize, threshold=self.threshold, min_gap=0.0).fit(data.scores[:, columns])
         gap = model.tpr_ - model.fpr_
-        self.estimated_gap_ = {name: float(g) for name, g in zip(data.verifiers, gap) if np.isfinite(g)}
+        self.estimated_gap_ = {name: float(g) for name, g in zip(names, gap) if np.isfinite(g)}
         if self.estimated_gap_:
             self.verifier_ = max(self.estimated_gap_, key=self.estimated_gap_.get)
         else:  # no label model could be fitted: the verifier that scores the most candidates
-            self.verifier_ = data.verifiers[int(np.argmax((~np.isnan(data.scores)).sum(axis=0)))]
+            self.verifier_ = names[int(np.argmax((~np.isnan(data.scores[:, columns])).sum(axis=0)))]
         return self
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
@@ -93,6 +98,9 @@ class BestSingleLabeled(Selector):
     This is the paper's oracle "best verifier" (picked in-sample, on the evaluated problems); ties
     go to the verifier listed first.
 
+    Args:
+        verifiers: the candidates for the pick (default: every column).
+
     Attributes:
         verifier_: the chosen verifier's name.
         accuracy_: ``{verifier: selection accuracy}`` on the labels.
@@ -100,17 +108,18 @@ class BestSingleLabeled(Selector):
 
     uses_labels = True
 
-    def __init__(self) -> None:
-        pass
+    def __init__(self, verifiers: list[str] | None = None) -> None:
+        self.verifiers = verifiers
 
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "BestSingleLabeled":
         super().fit(data, labels)
         if not data.verifiers:
             raise ValueError("best_single_labeled needs at least one verifier column")
+        columns = verifier_columns(data, self.verifiers)
         labels = np.asarray(labels, dtype=np.float64)
-        accuracy = _selection_accuracy_per_column(data.scores, labels, data)
-        self.accuracy_ = dict(zip(data.verifiers, accuracy.tolist()))
-        self.verifier_ = data.verifiers[int(np.argmax(accuracy))]
+        accuracy = _selection_accuracy_per_column(data.scores[:, columns], labels, data)
+        self.accuracy_ = {data.verifiers[c]: a for c, a in zip(columns, accuracy.tolist())}
+        self.verifier_ = data.verifiers[int(columns[np.argmax(accuracy)])]
         return self
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
