@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="discard stored results of a different config")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
+    run.add_argument("--ray-address", default=None,
+                     help="Ray cluster for `backend: ray` generators (`auto`, ray://head:10001); sets $RAY_ADDRESS")
 
     demo = sub.add_parser("demo", help="a real small experiment with the embedded model (~20 problems x 16 samples)")
     demo.add_argument("--out", type=Path, default=None, help="experiment directory (default: runs/demo)")
@@ -75,6 +77,8 @@ def print_summary(metrics: dict, directory: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "ray_address", None):
+        os.environ["RAY_ADDRESS"] = args.ray_address
     from .experiment import Experiment
     from .runner import evaluate_and_report, run_experiment
 

@@ -37,14 +37,26 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
                          f"{_pct(info['coverage'].get(top)) if top else '–'} |")
     costs = manifest.get("costs", {})
     if costs:
-        lines += ["", "## Cost", "", "| generator | candidates | prompt tokens | completion tokens | sampling wall s | errors | truncated |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for generator, info in costs.get("generators", {}).items():
+        generators = costs.get("generators", {})
+        gpu = any("gpu_s" in info for info in generators.values())
+        lines += ["", "## Cost", "", "| generator | candidates | prompt tokens | completion tokens | sampling wall s | "
+                  + ("GPU s | " if gpu else "") + "errors | truncated |",
+                  "|---|---:|---:|---:|---:|" + ("---:|" if gpu else "") + "---:|---:|"]
+        for generator, info in generators.items():
+            if "candidates" not in info:
+                continue
+            gpu_cell = (f"{info['gpu_s']:.1f} | " if "gpu_s" in info else "– | ") if gpu else ""
             lines.append(f"| {generator} | {info['candidates']} | {info['prompt_tokens']} | {info['completion_tokens']} | "
-                         f"{info['sample_wall_s']:.1f} | {info['errors']} | {info['truncated']} |")
+                         f"{info['sample_wall_s']:.1f} | {gpu_cell}{info['errors']} | {info['truncated']} |")
+        if gpu:
+            lines += ["", "GPU s: GPUs the sampler held x wall seconds, summed over runs (vllm: engine GPUs while "
+                      "generating; ray: GPUs per worker x worker lifetime)."]
         stage_times = costs.get("stage_wall_s", {})
         if stage_times:
             lines += ["", "Stage wall time of the last run (s): " + ", ".join(f"{k} {v:.1f}" for k, v in stage_times.items())]
+        if any(costs.get("stage_gpu_s", {}).values()):
+            lines += ["Stage GPU time of the last run (GPU s): "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in costs["stage_gpu_s"].items())]
     versions = manifest.get("package_versions", {})
     lines += ["", f"Config hash `{manifest.get('config_hash', '?')}`; monkeybarrel {versions.get('monkeybarrel', '?')}, "
               f"torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}."]

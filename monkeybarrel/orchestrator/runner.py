@@ -18,7 +18,7 @@ from .experiment import Experiment
 from .label_stage import run_label_stage
 from .manifest import new_manifest, now, package_versions
 from .report import plot_curves, render_markdown
-from .sample_stage import run_sample_stage, token_summary
+from .sample_stage import gpu_summary, run_sample_stage, token_summary
 from .select_stage import run_select_stage
 from .store import ExperimentStore, StoreError, atomic_write_bytes
 from .verify_stage import run_verify_stage
@@ -131,9 +131,13 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
     manifest = store.read_manifest() if manifest is None else manifest
     costs = manifest.setdefault("costs", {})
     costs["generators"] = token_summary(experiment.candidates())
+    for gid, seconds in gpu_summary(manifest.get("runs", [])).items():
+        costs["generators"].setdefault(gid, {})["gpu_s"] = seconds
     if stage_times is not None:
         stage_times["select+evaluate"] = time.perf_counter() - began
         costs["stage_wall_s"] = {k: round(v, 3) for k, v in stage_times.items()}
+        last_run = manifest.get("runs", [{}])[-1] if manifest.get("runs") else {}
+        costs["stage_gpu_s"] = {"sample": round(sum(gpu_summary([last_run]).values()), 3)}
     store.write_manifest(manifest)
     atomic_write_bytes(store.root / "metrics.json", json.dumps(metrics, indent=2).encode())
     write_report(experiment, metrics, manifest)

@@ -63,7 +63,20 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
             sampler.close()
         costs[spec.id] = {"samples": total, "completion_tokens": tokens, "errors": errors,
                           "wall_s": round(time.perf_counter() - started, 3)}
+        gpu_seconds = getattr(sampler, "gpu_seconds", None)  # GPUs held x wall s, for backends that know it
+        if gpu_seconds is not None:
+            costs[spec.id]["gpu_s"] = round(float(gpu_seconds), 3)
     return costs
+
+
+def gpu_summary(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """GPU-seconds per generator summed over the manifest's runs (generators whose sampler reported them)."""
+    out: dict[str, float] = {}
+    for run in runs:
+        for gid, info in (run.get("sampled") or {}).items():
+            if info.get("gpu_s") is not None:
+                out[gid] = round(out.get(gid, 0.0) + info["gpu_s"], 3)
+    return out
 
 
 def _flush(store: ExperimentStore, candidates: list[Candidate]) -> None:
