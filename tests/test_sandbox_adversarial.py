@@ -56,16 +56,20 @@ def work_root():
     shutil.rmtree(root)
 
 
-@pytest.fixture(params=["local", "docker"])
+@pytest.fixture(params=["local", "local-warm", "docker"])
 def sandbox(request, work_root):
     tmp_path = work_root
-    if request.param == "local":
-        box = LocalSandbox(limits=LIMITS, max_workers=2, work_root=str(tmp_path))
+    if request.param.startswith("local"):
+        warm = request.param == "local-warm"
+        try:
+            box = LocalSandbox(limits=LIMITS, max_workers=2, work_root=str(tmp_path), warm_python=warm)
+        except ValueError as exc:  # warm forks need bubblewrap
+            pytest.skip(str(exc))
         yield box
+        box.close()
         assert list(tmp_path.iterdir()) == [], "work directories left behind"
         if box.as_root:
             assert _processes_of_uids(box._uids) == []
-        box.close()
     else:
         reason = docker_unavailable_reason()
         if reason is not None:

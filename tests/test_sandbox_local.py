@@ -139,3 +139,54 @@ def test_weaker_isolation_levels_still_run_and_clean_up(isolation, work_root):
     assert looping.outcome is Outcome.TIMEOUT
     box.close()
     assert os.listdir(work_root) == []
+
+
+@pytest.fixture(scope="module")
+def warm(work_root):
+    try:
+        sandbox = LocalSandbox(limits=Limits(time_s=10), max_workers=2, work_root=work_root, warm_python=True)
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    yield sandbox
+    sandbox.close()
+
+
+def test_warm_runs_behave_like_fresh_ones(box, warm):
+    code = ("import sys\nprint(__name__, sys.argv[1:], sys.stdin.read())\n"
+            "def fail():\n    raise KeyError('k')\nif sys.argv[1] == 'boom':\n    fail()\nsys.exit(int(sys.argv[2]))\n")
+    for args in (["ok", "0"], ["exit", "7"], ["boom", "0"]):
+        fresh = box.run({"main.py": code}, ["python3", "-I", "main.py", *args], stdin="in")
+        forked = warm.run({"main.py": code}, ["python3", "-I", "main.py", *args], stdin="in")
+        assert "warm-python" in forked.protections and "warm-python" not in fresh.protections
+        assert (forked.outcome, forked.exit_code, forked.stdout) == (fresh.outcome, fresh.exit_code, fresh.stdout)
+        assert forked.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
+    traceback_text = warm.run({"main.py": code}, ["python3", "main.py", "boom", "0"]).stderr
+    assert "runpy" not in traceback_text and 'File "main.py", line 6, in <module>' in traceback_text
+
+
+def test_warm_slots_wipe_scratch_between_runs_and_survive_pool_threads(warm):
+    jobs = [Job({"main.py": "open('/tmp/left-behind', 'w').write('x')\nprint('wrote')\n"}, ["python3", "main.py"])] * 2
+    assert [r.stdout for r in warm.run_many(jobs)] == ["wrote\n", "wrote\n"]  # pool threads end here
+    seen = warm.run({"main.py": "import os\nprint(os.path.exists('/tmp/left-behind'))\n"}, ["python3", "main.py"])
+    assert seen.stdout == "False\n" and "warm-python" in seen.protections
+
+
+def test_only_script_commands_take_the_warm_path(warm):
+    inline = warm.run({}, ["python3", "-c", "print('inline')"])
+    assert inline.stdout == "inline\n" and "warm-python" not in inline.protections
+    shell = warm.run({}, ["sh", "-c", "echo shell"])
+    assert shell.stdout == "shell\n" and "warm-python" not in shell.protections
+
+
+def test_warm_slot_is_rebuilt_after_recycle_after_runs(work_root):
+    try:
+        sandbox = LocalSandbox(max_workers=1, work_root=work_root, warm_python=True, recycle_after=2)
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    code = "import os\nprint(os.getppid())\n"
+    servers = []
+    for _ in range(4):
+        sandbox.run({"main.py": code}, ["python3", "main.py"])
+        servers.append(next(iter(sandbox._warm.values())).process.pid)
+    assert servers[0] == servers[1] != servers[2] == servers[3]
+    sandbox.close()

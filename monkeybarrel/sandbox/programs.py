@@ -10,6 +10,17 @@ from __future__ import annotations
 import ast
 import doctest
 import re
+from typing import Any, Mapping
+
+from .base import Sandbox, build_sandbox
+
+DEFAULT_CODE_SANDBOX = {"type": "local", "warm_python": "auto"}
+"""The sandbox code tasks and verifiers use when the config names none (warm forks where bwrap works)."""
+
+
+def code_sandbox(spec: "Sandbox | Mapping[str, Any] | str | None", **defaults: Any) -> "Sandbox":
+    """``build_sandbox(spec)``, with ``DEFAULT_CODE_SANDBOX`` when ``spec`` is None."""
+    return build_sandbox(DEFAULT_CODE_SANDBOX if spec is None else spec, **defaults)
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:\n```|```|\Z)", re.S)
 _PYTHON_TAGS = {"", "python", "py", "python3", "Python"}

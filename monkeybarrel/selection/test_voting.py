@@ -105,7 +105,8 @@ class TestVoting(Selector):
         import torch
 
         model, tokenizer = self._load()
-        listed = "\n\n".join(f"Solution {i + 1}:\n{text[: self.max_solution_chars]}" for i, text in enumerate(solutions))
+        listed = "\n\n".join(f"Solution {i + 1}:\n{text[: self.max_solution_chars]}"
+                             for i, text in enumerate(solutions))
         content = CHOICE_PROMPT.format(problem=problem.strip(), k=len(solutions), solutions=listed)
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
                                                tokenize=False) + ANSWER_PREFIX

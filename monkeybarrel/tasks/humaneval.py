@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.records import Problem
-from ..sandbox.base import Job, Limits, Outcome, Sandbox, build_sandbox
-from ..sandbox.programs import assemble_program, extract_code, normalize_code, test_program
+from ..sandbox.base import Job, Limits, Outcome, Sandbox
+from ..sandbox.programs import assemble_program, code_sandbox, extract_code, normalize_code, test_program
 from .base import TASKS, Task, take
 from .files import TaskDataError, read_records
 
@@ -115,7 +115,7 @@ class HumanEvalTask(Task):
 
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            self._sandbox = build_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
+            self._sandbox = code_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
         return self._sandbox
 
 
@@ -145,5 +145,6 @@ def _records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise TaskDataError(f"{path}:{line_number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
             missing = [name for name in REQUIRED if not isinstance(record, dict) or record.get(name) is None]
             if missing:
-                raise TaskDataError(f"{path}:{line_number}: missing field(s) {missing}; expected fields {list(REQUIRED)}")
+                raise TaskDataError(
+                    f"{path}:{line_number}: missing field(s) {missing}; expected fields {list(REQUIRED)}")
             yield line_number, record

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..core.models import resolve_model
 from ..core.records import Candidate, Problem
-from ..sandbox.base import Job, Limits, Outcome, Sandbox, build_sandbox
-from ..sandbox.programs import assemble_program, assert_lines, docstring_tests, extract_code
+from ..sandbox.base import Job, Limits, Outcome, Sandbox
+from ..sandbox.programs import assemble_program, assert_lines, code_sandbox, docstring_tests, extract_code
 from .base import VERIFIERS, Verifier
 
 TEST_PROMPT = (
@@ -70,8 +70,10 @@ class GeneratedTestsVerifier(Verifier):
                 raise ValueError(f"{option} must be >= 1, got {value}")
         self.model_name, self.num_generations, self.num_tests = model, int(num_generations), int(num_tests)
         self.max_tests, self.docstring_examples = int(max_tests), bool(docstring_examples)
-        self.temperature, self.top_p, self.max_tokens, self.seed = float(temperature), float(top_p), int(max_tokens), seed
-        self.prompt_template, self.sandbox_spec, self.workers, self.python = prompt_template, sandbox, int(workers), python
+        self.temperature, self.top_p, self.max_tokens = float(temperature), float(top_p), int(max_tokens)
+        self.seed = seed
+        self.prompt_template, self.sandbox_spec = prompt_template, sandbox
+        self.workers, self.python = int(workers), python
         self.limits = Limits(time_s=float(time_limit_s), memory_mb=int(memory_mb), output_bytes=4096)
         self.num_threads = num_threads
         self._model = self._tokenizer = None
@@ -164,7 +166,7 @@ class GeneratedTestsVerifier(Verifier):
 
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            self._sandbox = build_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
+            self._sandbox = code_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
         return self._sandbox
 
     def close(self) -> None:

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..core.records import Candidate, Problem
-from ..sandbox.base import Job, Limits, Outcome, Sandbox, build_sandbox
-from ..sandbox.programs import assemble_program, extract_code, test_program
+from ..sandbox.base import Job, Limits, Outcome, Sandbox
+from ..sandbox.programs import assemble_program, code_sandbox, extract_code, test_program
 from .base import VERIFIERS, Verifier
 
 
@@ -65,7 +65,7 @@ class UnitTestVerifier(Verifier):
 
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            self._sandbox = build_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
+            self._sandbox = code_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
         return self._sandbox
 
     def close(self) -> None:

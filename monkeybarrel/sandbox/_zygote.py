@@ -1,0 +1,207 @@
+"""The warm-Python server that runs inside one bubblewrap sandbox slot (see ``warm_python.py``).
+
+It is started as pid 1 of the slot's pid namespace (``python3 -I -S _zygote.py``), reads one JSON
+request per line on fd 3 and answers one JSON line per request on fd 4. Per request it forks a
+child that applies the run's rlimits, moves into the run's directory, takes fresh stdin/stdout/stderr
+and runs the script with ``runpy`` exactly as ``python3 [-I] script args`` would (exit status,
+tracebacks, ``SystemExit``). The server itself never runs untrusted code; after each run it kills
+every other process in the namespace (``kill(-1, SIGKILL)`` from pid 1 spares only itself), reaps
+them, and empties the slot's private ``/tmp``, ``/var/tmp`` and ``/dev/shm``. It is not dumpable,
+so a run cannot ptrace it or read its memory, and as pid 1 it receives no signal it does not handle.
+It exits when its request pipe closes (the host process ended).
+
+Standard library only; this file is run by the sandbox's interpreter, not imported.
+"""
+
+import base64
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+# modules most test programs import, loaded once here so each run's fork starts warm
+import collections, functools, itertools, math, re, string, typing, heapq, bisect, hashlib  # noqa: E401,F401
+import runpy
+import traceback
+
+CONTROL_IN, CONTROL_OUT = 3, 4
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def main() -> None:
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(number, signal.SIG_IGN)
+    buffer = b""
+    while True:
+        chunk = os.read(CONTROL_IN, 1 << 20)
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            reply = json.dumps(serve(json.loads(line))).encode() + b"\n"
+            while reply:
+                reply = reply[os.write(CONTROL_OUT, reply):]
+
+
+def serve(request: dict) -> dict:
+    limits = request["limits"]
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    stdin = os.memfd_create("stdin")
+    os.write(stdin, base64.b64decode(request["stdin"]))
+    os.lseek(stdin, 0, os.SEEK_SET)
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the run
+        try:
+            child(request, limits, stdin, out_w, err_w)
+        finally:
+            os._exit(120)
+    for fd in (out_w, err_w, stdin):
+        os.close(fd)
+    kept = {out_r: bytearray(), err_r: bytearray()}
+    total = {out_r: 0, err_r: 0}
+    cap = limits["output_bytes"]
+    deadline = started + limits["time_s"]
+    timed_out, host_gone = False, False
+    open_fds = [out_r, err_r]
+    exited = None
+    while True:
+        if exited is None:
+            waited = os.wait4(pid, os.WNOHANG)
+            if waited[0] == pid:
+                exited = waited
+                exited_at = time.perf_counter()
+        now = time.perf_counter()
+        if not open_fds and exited is not None:
+            break
+        if exited is not None and now - exited_at > 0.2:
+            break  # something the run left behind holds its output open; it is killed below
+        if now >= deadline:
+            timed_out = True
+            break
+        ready, _, _ = select.select(open_fds + [CONTROL_IN], [], [], min(deadline - now, 0.02))
+        if CONTROL_IN in ready:
+            host_gone = True
+            break
+        for fd in ready:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                open_fds.remove(fd)
+                continue
+            total[fd] += len(data)
+            room = cap - len(kept[fd])
+            if room > 0:
+                kept[fd] += data[:room]
+    kill_everything()
+    if exited is None:
+        exited = os.wait4(pid, 0)
+    wall = time.perf_counter() - started
+    reap()
+    for fd in (out_r, err_r):
+        os.close(fd)
+    wipe_scratch()
+    if host_gone:
+        os._exit(0)
+    _, status, usage = exited
+    return {"exit_code": os.waitstatus_to_exitcode(status), "timed_out": timed_out, "wall_s": wall,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "stdout": base64.b64encode(bytes(kept[out_r])).decode(), "stdout_total": total[out_r],
+            "stderr": base64.b64encode(bytes(kept[err_r])).decode(), "stderr_total": total[err_r]}
+
+
+def child(request: dict, limits: dict, stdin: int, out_w: int, err_w: int) -> None:
+    os.setsid()
+    os.dup2(stdin, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    os.closerange(3, 1 << 16)
+    for name, value in (("RLIMIT_CPU", limits["cpu_seconds"]), ("RLIMIT_AS", limits["memory_mb"] << 20),
+                        ("RLIMIT_NPROC", limits["processes"] + 1), ("RLIMIT_FSIZE", limits["file_size_mb"] << 20),
+                        ("RLIMIT_NOFILE", limits["open_files"]), ("RLIMIT_CORE", 0)):
+        resource.setrlimit(getattr(resource, name), (value, value))
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    script, args = request["argv"][0], request["argv"][1:]
+    sys.argv = [script, *args]
+    if not request["isolated"]:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", buffering=1 if request["env"].get("PYTHONUNBUFFERED") else -1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exit_status(exc)
+    except BaseException as exc:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:  # hide this server's frames
+            tb = tb.tb_next
+        traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        code = code or 120
+    os._exit(code)
+
+
+def exit_status(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def kill_everything() -> None:
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def reap() -> None:
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def wipe_scratch() -> None:
+    for top in SCRATCH:
+        for root, dirs, _ in os.walk(top):  # first make every directory listable and writable again
+            for name in dirs:
+                try:
+                    os.chmod(os.path.join(root, name), 0o700)
+                except OSError:
+                    pass
+        for root, dirs, files in os.walk(top, topdown=False):
+            for name in files:
+                try:
+                    os.unlink(os.path.join(root, name))
+                except OSError:
+                    pass
+            for name in dirs:
+                try:
+                    os.rmdir(os.path.join(root, name))
+                except OSError:
+                    pass
+
+
+if __name__ == "__main__":
+    main()
