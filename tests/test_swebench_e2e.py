@@ -11,13 +11,13 @@ from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
 from monkeybarrel.orchestrator.runner import run_experiment
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # the embedded model in every stage: minutes on 2 cores
 
 
 def ci_config(tmp_path, problems: int = 2) -> dict:
     tasks = str(TASKSET / "tasks.jsonl")
     art = tmp_path / "artifacts"
-    llm = {"max_tokens": 96, "sampler_options": {"num_threads": 1}}
+    llm = {"max_tokens": 64, "sampler_options": {"num_threads": 1}}
     return {
         "name": "swe_ci", "seed": 0,
         "task": {"name": "swebench", "path": tasks, "num_problems": problems,
@@ -27,7 +27,7 @@ def ci_config(tmp_path, problems: int = 2) -> dict:
              "options": {"path": str(TASKSET / "predictions" / "gold.jsonl")}},
             {"id": "mutants", "backend": "swe_predictions", "num_samples": 2,
              "options": {"path": str(TASKSET / "predictions" / "mutants.jsonl")}},
-            {"id": "smollm2", "backend": "embedded", "num_samples": 2, "max_tokens": 96, "options": {"num_threads": 1}},
+            {"id": "smollm2", "backend": "embedded", "num_samples": 2, "max_tokens": 64, "options": {"num_threads": 1}},
         ],
         "verifiers": [{"name": "test_votes", "type": "swe_test_votes",
                        "options": {"num_tests": 2, "timeout_s": 20, "cache_dir": str(tmp_path / "cache"),
