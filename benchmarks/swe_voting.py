@@ -7,6 +7,7 @@ the baseline starts a fresh container for every execution (``docker run --rm``).
 and each side keeps its best of ``--repeats``. Prints executions/s for both and the ratio.
 
     python benchmarks/swe_voting.py [--instance inflection__inflection-0004] [--tests 6] [--workers 2]
+    python benchmarks/swe_voting.py --report runs/swe_taskset   # add the SWE section to a run's report.md
 """
 
 from __future__ import annotations
@@ -66,13 +67,70 @@ def docker_run_each(instance, patches, tests, workers: int) -> tuple[float, int,
     return time.perf_counter() - began, len(pairs), len(pairs)
 
 
+def swe_report(run_dir: str, image: str = "monkeybarrel/swe-taskset:1") -> str:
+    """Markdown: selection rows, vote ties, container counts (docker events) and wall time of a run."""
+    import json
+    import subprocess
+    from datetime import datetime
+    from pathlib import Path
+
+    import numpy as np
+
+    from monkeybarrel.orchestrator.experiment import Experiment
+    from monkeybarrel.swebench.voting import expected_tie_accuracy
+
+    experiment = Experiment(run_dir)
+    metrics, manifest = experiment.metrics(), experiment.manifest()
+    data, labels = experiment.selection_data(), experiment.labels_array()
+    lines = ["", "## SWE-bench (benchmarks/swe_voting.py --report)", "",
+             f"{data.n_problems} instances, {data.n_candidates} candidates "
+             f"({', '.join(f'{g}: {int((data.generator_id == g).sum())}' for g in sorted(set(data.generator_id)))}), "
+             f"resolved candidates {int(labels.sum())}.", "", "| method | resolved |", "|---|---|"]
+    for name, row in metrics["selection"].items():
+        lines.append(f"| {name} | {row['accuracy']:.3f} |")
+    if "test_votes" in data.verifiers:
+        votes = data.verifier_scores("test_votes")
+        ties = [expected_tie_accuracy(votes[data.groups == g], labels[data.groups == g]) for g in range(data.n_problems)]
+        lines.append(f"| test voting, expected over tied maxima | {np.mean(ties):.3f} |")
+        lines.append(f"\nvote columns: {int(np.isfinite(votes).sum())} finite of {len(votes)}; "
+                     f"max votes per problem: {[int(np.nanmax(votes[data.groups == g])) if np.isfinite(votes[data.groups == g]).any() else None for g in range(data.n_problems)]}")
+    run = manifest["runs"][-1]
+    began = datetime.fromisoformat(run["started"]).timestamp()
+    ended = datetime.fromisoformat(run.get("finished", run["started"])).timestamp()
+    events = subprocess.run(["docker", "events", "--since", str(int(began)), "--until", str(int(ended) + 1),
+                             "--filter", "type=container", "--filter", "event=start", "--filter", f"image={image}",
+                             "--format", "{{.ID}}"], capture_output=True, text=True, timeout=60).stdout.split()
+    lines += ["", f"containers started during the run ({image}, from docker events): {len(events)}",
+              f"run wall time: {ended - began:.0f} s; stage wall times: {manifest.get('costs', {}).get('stage_wall_s')}"]
+    for name in ("transcripts", "ensemble_transcripts"):
+        folder = Path(f"{run_dir}_artifacts") / name
+        records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        if records:
+            events_ = [e["event"] for r in records for e in r["events"]]
+            lines.append(f"state machine {name}: {len(records)} problems, attempts {[r['attempts'] for r in records]}, "
+                         f"valid choices {sum(r['selected'] is not None for r in records)}, "
+                         f"tests run {sum(len(r['tests']) for r in records)}, format errors {events_.count('format_error')}")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--report", help="a run directory: append the SWE section to its report.md and print it")
     parser.add_argument("--instance", default="inflection__inflection-0004")
     parser.add_argument("--tests", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    if args.report:
+        from pathlib import Path
+
+        section = swe_report(args.report)
+        report = Path(args.report) / "report.md"
+        text = report.read_text()
+        marker = "\n## SWE-bench (benchmarks/swe_voting.py --report)"
+        report.write_text(text.split(marker)[0].rstrip("\n") + "\n" + section)
+        print(section)
+        return
     [instance] = load_instances(TASKSET / "tasks.jsonl", instance_ids=[args.instance])
     patches = [p["model_patch"] for name in ("gold", "mutants")
                for p in read_predictions(TASKSET / "predictions" / f"{name}.jsonl").get(instance.instance_id, [])]

@@ -150,3 +150,17 @@ def test_harness_rounds_and_reports(tmp_path):
     report.parent.mkdir(parents=True)
     report.write_text(json.dumps({"a": {"resolved": True, "patch_successfully_applied": True}}))
     assert read_reports(tmp_path, "run-r0", "run-r0") == {"a": True}
+
+
+def test_swe_votes_selector_prefers_votes_then_shorter_patch():
+    import pyarrow as pa
+
+    from monkeybarrel.core.selection_data import SelectionData
+    from monkeybarrel.selection.swe_votes import SWEVotes
+
+    keys = pa.table({"problem_id": ["p", "p", "p", "q", "q"], "generator_id": ["g"] * 5, "sample_index": [0, 1, 2, 0, 1]})
+    votes = np.array([[2.0], [2.0], [1.0], [np.nan], [np.nan]])
+    data = SelectionData.build(keys, votes, ("test_votes",), texts=["x" * 50, "x" * 10, "x", "a", "b"])
+    assert SWEVotes("test_votes").fit(data).select(data).tolist() == [1, -1]
+    with pytest.raises(ValueError, match="no verifier column 'missing'"):
+        SWEVotes("missing").fit(data).select(data)
