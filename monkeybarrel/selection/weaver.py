@@ -218,40 +218,80 @@ def fit_latent_class(votes: np.ndarray, prior: float | None = None, smoothing: f
 
 
 def _em(bins: list[np.ndarray], prior: float | None, smoothing: float, max_iter: int, tol: float) -> dict[str, Any]:
-    """EM over ordered bins: ``theta[c, b, k]`` = P(verifier k in bin b | Y = c)."""
+    """EM over ordered bins, ``theta[c, b, k]`` = P(verifier k in bin b | Y = c), accelerated by SQUAREM.
+
+    Each cycle takes two EM steps, extrapolates along them (Varadhan & Roland, 2008, scheme S3) and
+    takes one EM step from there; the extrapolation is kept only if it does not lower the objective
+    (the log posterior: log-likelihood plus the Beta/Dirichlet ``smoothing`` term, which EM never
+    lowers). Stops when a cycle changes the objective per row by less than ``tol``; ``n_iter``
+    counts EM steps (``max_iter`` of them at most).
+    """
     n_bins, (n, m) = len(bins), bins[0].shape
     observed = sum(bins)
     count = observed.sum(axis=1)
-    rank = sum(b * ind for b, ind in enumerate(bins)) / max(n_bins - 1, 1)  # 0 = lowest bin, 1 = highest
-    # start from the soft majority vote: the side where the verifiers beat chance
-    q = np.divide(rank.sum(axis=1), count, out=np.full(n, 0.5), where=count > 0)
-    q = np.clip(q, 1e-3, 1 - 1e-3)
     totals = np.stack([ind.sum(axis=0) for ind in bins])  # [B, m]
     obs_total = observed.sum(axis=0)
-    theta = np.zeros((2, n_bins, m))
-    converged, iteration, pi, previous = False, 0, 0.5, -np.inf
-    for iteration in range(1, max_iter + 1):
-        # M-step: class prior and class-conditional bin frequencies from the soft labels q
-        pi = float(q.mean()) if prior is None else prior
+
+    def m_step(q: np.ndarray) -> np.ndarray:
+        """Prior and class-conditional bin frequencies from soft labels q, packed as one vector."""
         q_bins = np.stack([q @ ind for ind in bins])  # [B, m]
         q_obs = q_bins.sum(axis=0)
-        theta[1] = (q_bins + smoothing) / (q_obs + n_bins * smoothing)
-        theta[0] = (totals - q_bins + smoothing) / (obs_total - q_obs + n_bins * smoothing)
-        # E-step: posterior of Y = 1 for every row, and the mean log-likelihood
+        theta = np.stack([(totals - q_bins + smoothing) / (obs_total - q_obs + n_bins * smoothing),
+                          (q_bins + smoothing) / (q_obs + n_bins * smoothing)])
+        return np.concatenate([[float(q.mean()) if prior is None else prior], theta.ravel()])
+
+    def unpack(params: np.ndarray) -> tuple[float, np.ndarray]:
+        return float(params[0]), params[1:].reshape(2, n_bins, m)
+
+    def e_step(params: np.ndarray) -> tuple[np.ndarray, float]:
+        """Posterior P(Y = 1) per row and the objective per row at ``params``."""
+        pi, theta = unpack(params)
         joint = _log_joint(bins, pi, theta)
-        q = _sigmoid(joint[:, 1] - joint[:, 0])
-        loglik = float(np.mean(np.logaddexp(joint[:, 0], joint[:, 1])))
-        if abs(loglik - previous) < tol:
+        objective = np.logaddexp(joint[:, 0], joint[:, 1]).sum() + smoothing * np.log(np.clip(theta, 1e-12, 1)).sum()
+        return _sigmoid(joint[:, 1] - joint[:, 0]), float(objective) / n
+
+    def project(params: np.ndarray) -> np.ndarray:
+        """Back into the parameter space after an extrapolation."""
+        pi, theta = unpack(params)
+        theta = np.clip(theta, 1e-9, None)
+        theta = theta / theta.sum(axis=1, keepdims=True)
+        pi = min(max(pi, 1e-6), 1 - 1e-6) if prior is None else prior
+        return np.concatenate([[pi], theta.ravel()])
+
+    # start from the soft majority vote: the side where the verifiers beat chance
+    rank = sum(b * ind for b, ind in enumerate(bins)) / max(n_bins - 1, 1)  # 0 = lowest bin, 1 = highest
+    q = np.clip(np.divide(rank.sum(axis=1), count, out=np.full(n, 0.5), where=count > 0), 1e-3, 1 - 1e-3)
+    params, steps, previous, converged = m_step(q), 1, -np.inf, False
+    while steps + 3 <= max_iter:
+        q0, objective0 = e_step(params)
+        first = m_step(q0)
+        q1, objective1 = e_step(first)
+        second = m_step(q1)
+        steps += 2
+        r, v = first - params, second - 2 * first + params
+        step_length = np.sqrt((r @ r) / (v @ v)) if v @ v > 0 else 1.0
+        jump = project(params + 2 * step_length * r + step_length ** 2 * v)  # alpha = -step_length
+        q_jump, objective_jump = e_step(jump)
+        if step_length > 1 and objective_jump >= objective1:
+            params = m_step(q_jump)  # the stabilising EM step from the extrapolated point
+            steps += 1
+            objective = objective_jump
+        else:
+            params, objective = second, objective1
+        if abs(objective - previous) < tol:
             converged = True
             break
-        previous = loglik
+        previous = objective
+    q, _ = e_step(params)
+    pi, theta = unpack(params)
+    theta = theta.copy()
     levels = np.arange(n_bins)[:, None]
     shift = ((theta[1] - theta[0]) * levels).sum(axis=0)  # E[bin | Y=1] - E[bin | Y=0] per verifier
     flipped = bool(shift.sum() < 0)  # the mirror solution: the verifiers "worse than chance" on the whole
     if flipped:
         theta, q = theta[::-1].copy(), 1.0 - q
         pi = 1.0 - pi if prior is None else pi
-    return {"prior": pi, "theta": theta, "posterior": q, "n_iter": iteration, "converged": converged,
+    return {"prior": pi, "theta": theta, "posterior": q, "n_iter": steps, "converged": converged,
             "flipped": flipped}
 
 
