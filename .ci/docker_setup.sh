@@ -18,13 +18,18 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
+apt_updated=""
+if ! command -v bwrap >/dev/null; then  # the local backend's strongest layer; installed on its own
+  apt-get update -q && apt_updated=1
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap || echo "docker_setup.sh: bubblewrap not installed" >&2
+fi
+
 missing=()
-command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "docker_setup.sh: installing ${missing[*]}"
-  apt-get update -q
+  [ -n "$apt_updated" ] || apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 fi
 
