@@ -80,6 +80,16 @@ def parse_chat_request(body: Any, max_n: int | None) -> tuple[list[dict[str, str
     return [{"role": m["role"], "content": m["content"]} for m in messages], n, settings, seed
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):  # a client that gave up
+            super().handle_error(request, client_address)
+
+
 class ChatServer:
     """OpenAI-compatible ``/v1/chat/completions`` over a sampler, on a local port.
 
@@ -104,11 +114,12 @@ class ChatServer:
                                              **(sampler_options or {}))
         self.status_counts: Counter[int] = Counter()
         """HTTP statuses answered so far (injected faults included)."""
+        self.batches: list[int] = []
+        """Requests decoded together, per batch."""
         self._faults: deque[int | str] = deque()
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = _QuietServer((host, port), self._handler_class())
         self._threads: list[threading.Thread] = []
 
     @property
@@ -164,6 +175,7 @@ class ChatServer:
                     stopping = True
                     break
                 jobs.append(job)
+            self.batches.append(len(jobs))
             groups: dict[tuple[float, float, int], list[_Job]] = {}
             for job in jobs:
                 groups.setdefault(job.settings, []).append(job)
