@@ -43,7 +43,7 @@ class SWEStateMachine(Selector):
                  max_tokens: int = 512, base_url: str | None = None, sampler_options: dict | None = None,
                  votes_artifacts_dir: str | None = None, transcript_dir: str = "swe_transcripts",
                  repos_dir: str | None = None, cache_dir: str | None = None, max_workers: int = 2,
-                 timeout_s: float = 30.0, context_chars: int = 3000, seed: int = 0) -> None:
+                 timeout_s: float = 30.0, context_chars: int = 1500, seed: int = 0) -> None:
         self.path, self.dataset, self.split, self.votes, self.ensemble = path, dataset, split, votes, ensemble
         self.max_candidates, self.max_attempts, self.backend, self.model = max_candidates, max_attempts, backend, model
         self.temperature, self.max_tokens, self.base_url, self.sampler_options = temperature, max_tokens, base_url, sampler_options

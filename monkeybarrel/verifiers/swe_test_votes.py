@@ -32,13 +32,15 @@ class SWETestVotes(Verifier):
         max_workers: containers at once.
         cache_dir: container-result cache.
         artifacts_dir: where tests and matrices are stored (None = not stored).
+        context_chars: characters of the task's retrieved file context shown to the test writer.
         seed: sampling seed of the tests.
     """
 
     def __init__(self, name: str, backend: str = "embedded", model: str = "smollm2-135m-instruct",
                  temperature: float = 0.7, max_tokens: int = 384, base_url: str | None = None,
                  sampler_options: dict | None = None, num_tests: int = 4, timeout_s: float = 30.0,
-                 max_workers: int = 2, cache_dir: str | None = None, artifacts_dir: str | None = None, seed: int = 0) -> None:
+                 max_workers: int = 2, cache_dir: str | None = None, artifacts_dir: str | None = None,
+                 context_chars: int = 1500, seed: int = 0) -> None:
         super().__init__(name)
         from ..swebench.llm import ChatLLM
         from ..tasks.swebench import DEFAULT_CACHE
@@ -48,7 +50,7 @@ class SWETestVotes(Verifier):
         self.num_tests, self.timeout_s, self.seed = num_tests, timeout_s, seed
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else DEFAULT_CACHE
         self.artifacts_dir = Path(artifacts_dir).expanduser() if artifacts_dir else None
-        self.max_workers = max_workers
+        self.max_workers, self.context_chars = max_workers, context_chars
         self._pool = None
 
     @property
@@ -64,7 +66,7 @@ class SWETestVotes(Verifier):
         from ..swebench.voting import extract_script, test_prompt
 
         meta = problem.metadata
-        [replies] = self.llm.complete([test_prompt(meta["repo"], meta["problem_statement"], meta.get("context", ""))],
+        [replies] = self.llm.complete([test_prompt(meta["repo"], meta["problem_statement"], meta.get("context", "")[: self.context_chars])],
                                       n=self.num_tests, seed=self.seed)
         return [s for s in (extract_script(r) for r in replies) if s]
 
