@@ -1,0 +1,102 @@
+"""The ``ray`` backend: 2 local Ray workers running the embedded model; a worker killed mid-run.
+
+One local Ray instance (4 logical CPUs and 2 logical GPUs, so workers are placed one per "GPU" as on a
+GPU node; the embedded model itself runs on the CPU) is shared by the tests of this module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from conftest import tiny_config  # noqa: E402
+from monkeybarrel.core.config import ConfigError, ExperimentConfig, GeneratorSpec  # noqa: E402
+from monkeybarrel.core.plugins import build_plugin  # noqa: E402
+from monkeybarrel.core.records import Problem  # noqa: E402
+from monkeybarrel.orchestrator.runner import run_experiment  # noqa: E402
+from monkeybarrel.orchestrator.store import ExperimentStore  # noqa: E402
+from monkeybarrel.samplers.base import SAMPLERS, SampleRequest  # noqa: E402
+from monkeybarrel.samplers.ray_pool import RaySampler  # noqa: E402
+
+PROBLEMS = [Problem(f"p{i}", "arithmetic", prompt=f"What is {i} + {i + 4}?") for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=200 * 2**20)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pool(local_ray):
+    sampler = RaySampler(GeneratorSpec(id="pool", max_tokens=10, temperature=0.8), backend_options={"num_threads": 1},
+                         num_gpus_per_worker=1, requests_per_task=1)
+    sampler.load()
+    yield sampler
+    sampler.close()
+
+
+def _keys(batches) -> Counter:
+    return Counter((c.problem_id, c.sample_index) for batch in batches for c in batch)
+
+
+def test_one_worker_per_gpu_and_every_sample_exactly_once(pool: RaySampler):
+    info = pool.worker_info()
+    assert len(info) == 2 and len({w["pid"] for w in info}) == 2
+    assert sorted(tuple(w["gpu_ids"]) for w in info) == [(0,), (1,)]
+    batches = list(pool.sample([SampleRequest(p, (0, 1, 2), i) for i, p in enumerate(PROBLEMS[:4])]))
+    keys = _keys(batches)
+    assert set(keys) == {(p.problem_id, j) for p in PROBLEMS[:4] for j in range(3)} and max(keys.values()) == 1
+    assert all(c.text and c.finish_reason in ("stop", "length") and c.generator_id == "pool"
+               for batch in batches for c in batch)
+    assert pool.gpu_seconds > 0  # 1 GPU per worker x the workers' lifetime
+
+
+def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(pool: RaySampler):
+    requests = [SampleRequest(p, (0, 1), 10 + i) for i, p in enumerate(PROBLEMS)]
+    batches, killed = [], None
+    for batch in pool.sample(requests):
+        batches.append(batch)
+        if killed is None:  # both workers hold queued tasks now: kill one's process
+            killed = pool.worker_info()[0]["pid"]
+            os.kill(killed, signal.SIGKILL)
+    keys = _keys(batches)
+    assert set(keys) == {(p.problem_id, j) for p in PROBLEMS for j in (0, 1)}
+    assert max(keys.values()) == 1
+    assert all(c.finish_reason != "error" for batch in batches for c in batch)
+    assert pool.stats["worker_deaths"] == 1 and pool.stats["requeued_samples"] >= 2
+    assert killed not in {w["pid"] for w in pool.worker_info()}  # replaced by a new worker
+
+
+def test_an_experiment_on_ray_streams_into_the_store_and_resumes(local_ray, tmp_path: Path):
+    config = tiny_config(problems=3, samples=2, max_tokens=8)
+    config["generators"][0].update(backend="ray", options={
+        "backend_options": {"num_threads": 1}, "num_workers": 1, "requests_per_task": 1})
+    config["verifiers"] = [{"name": "freq", "type": "answer_frequency"}]
+    out = tmp_path / "run"
+    run_experiment(ExperimentConfig.from_dict(config), out, show_progress=False)
+    chunks = list((out / "candidates").glob("*.parquet"))
+    assert len(chunks) == 3  # one chunk per problem, as the workers yielded them
+    config["generators"][0]["num_samples"] = 3  # resume: only sample index 2 is missing
+    experiment = run_experiment(ExperimentConfig.from_dict(config), out, show_progress=False)
+    table = ExperimentStore(out).candidates()
+    keys = Counter(zip(table.column("problem_id").to_pylist(), table.column("sample_index").to_pylist()))
+    assert len(keys) == 9 and max(keys.values()) == 1
+    runs = experiment.manifest()["runs"]
+    assert runs[-1]["sampled"]["smol"]["samples"] == 3 and runs[-1]["sampled"]["smol"]["gpu_s"] == 0.0
+    assert "majority" in experiment.metrics()["selection"]
+
+
+def test_bad_options_name_the_key():
+    with pytest.raises(ConfigError, match=r"generators\[0\].*another sampler backend"):
+        build_plugin(SAMPLERS, "ray", "generators[0]", spec=GeneratorSpec(), backend="ray")
+    with pytest.raises(ConfigError, match="requests_per_task must be >= 1"):
+        build_plugin(SAMPLERS, "ray", "generators[0]", spec=GeneratorSpec(), requests_per_task=0)
