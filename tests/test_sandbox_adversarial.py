@@ -80,9 +80,9 @@ def sandbox(request, work_root):
 
         box = DockerSandbox(limits=LIMITS, max_workers=2)
         yield box
+        client = docker.from_env()  # this box's containers only: other runs on the same daemon are not ours
+        left = client.containers.list(all=True, filters={"label": box.owner_label})
         box.close()
-        client = docker.from_env()
-        left = client.containers.list(all=True, filters={"label": "monkeybarrel.sandbox=1"})
         client.close()
         assert left == [], "containers left behind"
 

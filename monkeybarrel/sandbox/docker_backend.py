@@ -19,6 +19,7 @@ import io
 import tarfile
 import threading
 import time
+import uuid
 from typing import Any, Mapping, Sequence
 
 from .base import SANDBOXES, ExecutionResult, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path, classify
@@ -89,6 +90,8 @@ class DockerSandbox(Sandbox):
         self._client = (docker.DockerClient(base_url=base_url, max_pool_size=self.max_workers + 2) if base_url
                         else docker.from_env(max_pool_size=self.max_workers + 2))
         self._bound = threading.BoundedSemaphore(self.max_workers)
+        self.owner = uuid.uuid4().hex
+        """Label value ``monkeybarrel.sandbox.owner`` on this sandbox's containers (``close`` removes strays)."""
 
     @property
     def protections(self) -> tuple[str, ...]:
@@ -117,7 +120,18 @@ class DockerSandbox(Sandbox):
                         pass
 
     def close(self) -> None:
+        """Removes any container of this sandbox still present (e.g. after an interrupted run)."""
+        try:
+            for container in self._client.containers.list(all=True, filters={"label": self.owner_label}):
+                container.remove(force=True)
+        except Exception:
+            pass
         self._client.close()
+
+    @property
+    def owner_label(self) -> str:
+        """The ``key=value`` label filter that finds exactly this sandbox's containers."""
+        return f"monkeybarrel.sandbox.owner={self.owner}"
 
     # ---- steps --------------------------------------------------------------------------------
     def _archive(self, files: Mapping[str, str | bytes], stdin: str | bytes | None) -> bytes:
@@ -162,7 +176,7 @@ class DockerSandbox(Sandbox):
                      Ulimit(name="data", soft=limits.memory_mb << 20, hard=limits.memory_mb << 20),
                      Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
                      Ulimit(name="core", soft=0, hard=0)],
-            log_config=LogConfig(type="none"), labels={"monkeybarrel.sandbox": "1"}, detach=True)
+            log_config=LogConfig(type="none"), labels={"monkeybarrel.sandbox": "1", "monkeybarrel.sandbox.owner": self.owner}, detach=True)
 
     def _execute(self, container, limits: Limits) -> ExecutionResult:
         out, err = OutputBuffer(limits.output_bytes), OutputBuffer(limits.output_bytes)
