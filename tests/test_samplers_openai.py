@@ -158,3 +158,18 @@ def test_an_experiment_through_the_server_verifies_selects_and_reports(server: C
     costs = experiment.manifest()["costs"]["generators"]["smol"]
     assert costs["candidates"] == 9 and costs["completion_tokens"] == sum(candidates.column("completion_tokens").to_pylist())
     assert "## Cost" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_swebench_chat_llm_talks_to_an_openai_endpoint_through_this_backend(server: ChatServer):
+    from monkeybarrel.swebench.llm import ChatLLM
+
+    llm = ChatLLM(backend="openai_compat", model="smollm2-135m-instruct", max_tokens=8, base_url=server.url)
+    try:
+        replies = llm.complete([[{"role": "user", "content": "Say hi."}],
+                                [{"role": "user", "content": "What is 2 + 2?"}]], n=2, seed=3)
+    finally:
+        llm.close()
+    assert [len(r) for r in replies] == [2, 2] and all(text for pair in replies for text in pair)
+    assert llm.calls == 2 and 0 < llm.completion_tokens <= 4 * 8
+    with pytest.raises(ValueError, match="base_url"):
+        ChatLLM(backend="openai")
