@@ -29,6 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -303,6 +304,9 @@ class LocalSandbox(Sandbox):
                 return level
             if wanted != "auto":
                 raise ValueError(f"isolation {wanted!r} does not work here: {problem}")
+        warnings.warn("LocalSandbox: neither bubblewrap nor unshare works here, so runs get a process group and "
+                      "rlimits only (no network or file-system isolation); install bubblewrap or use the docker "
+                      "backend for untrusted code", RuntimeWarning, stacklevel=3)
         return "none"
 
 
