@@ -95,3 +95,25 @@ def resolve_model(model: str) -> str:
     if not (target / "config.json").is_file():
         export_hf_dir(gguf, target)
     return str(target)
+
+
+def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num_threads: int | None = None,
+                    dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False):
+    """``(tokenizer, model)`` of ``model`` (a name ``resolve_model`` knows, a local dir or a hub id), in eval mode.
+
+    Args:
+        auto_class: the transformers ``Auto*`` class of the head (``AutoModelForCausalLM``,
+            ``AutoModelForSequenceClassification``, ...).
+        num_threads: torch CPU threads for this process (None = torch's default).
+        dtype: torch dtype name of the weights; device: where they go.
+    """
+    import torch
+    import transformers
+
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    path = resolve_model(model)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    network = getattr(transformers, auto_class).from_pretrained(path, dtype=getattr(torch, dtype),
+                                                                trust_remote_code=trust_remote_code)
+    return tokenizer, network.to(device).eval()

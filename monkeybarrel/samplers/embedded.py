@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 import torch
 
 from ..core.config import GeneratorSpec
-from ..core.models import resolve_model
+from ..core.models import load_pretrained
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler
 from .decoding import sample_next
@@ -61,13 +61,7 @@ class EmbeddedSampler(Sampler):
         """Load model and tokenizer (done lazily on first use)."""
         if self._model is not None:
             return
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if self.num_threads:
-            torch.set_num_threads(self.num_threads)
-        path = resolve_model(self.spec.model)
-        self._tokenizer = AutoTokenizer.from_pretrained(path)
-        self._model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self._tokenizer, self._model = load_pretrained(self.spec.model, num_threads=self.num_threads)
         config_eos = self._model.generation_config.eos_token_id
         eos = config_eos if isinstance(config_eos, list) else [config_eos]
         eos = [e for e in [*eos, self._tokenizer.eos_token_id] if e is not None]

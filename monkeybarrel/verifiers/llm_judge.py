@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.models import resolve_model
+from ..core.models import load_pretrained
 from ..core.records import Candidate, Problem
 from .base import VERIFIERS, Verifier
 from .judge_prompt import (DEFAULT_TEMPLATE, NO_WORDS, YES_WORDS, check_template, judge_messages, judgeable,
@@ -61,16 +61,10 @@ class LLMJudge(Verifier):
         """Load the model and find the Yes/No token ids (done on first use)."""
         if self._model is not None:
             return
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if self.num_threads:
-            torch.set_num_threads(self.num_threads)
-        path = resolve_model(self.model_name)
-        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        self._tokenizer, self._model = load_pretrained(self.model_name, num_threads=self.num_threads,
+                                                       dtype=self.dtype, device=self.device)
         if self._tokenizer.chat_template is None:
             raise ValueError(f"model {self.model_name!r}: tokenizer has no chat template; use an instruct model")
-        self._model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype)).to(self.device).eval()
         self.yes_ids_ = self._word_ids(YES_WORDS)
         self.no_ids_ = self._word_ids(NO_WORDS)
         if not self.yes_ids_ or not self.no_ids_:

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.models import resolve_model
+from ..core.models import load_pretrained
 from ..core.records import Candidate, Problem
 from .base import VERIFIERS, Verifier
 from .judge_prompt import judgeable, problem_text
@@ -52,16 +52,10 @@ class RewardModel(Verifier):
     def load(self) -> None:
         if self._model is not None:
             return
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        if self.num_threads:
-            torch.set_num_threads(self.num_threads)
-        path = resolve_model(self.model_name)
         try:
-            self._tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=self.trust_remote_code)
-            self._model = AutoModelForSequenceClassification.from_pretrained(
-                path, dtype=getattr(torch, self.dtype), trust_remote_code=self.trust_remote_code).to(self.device).eval()
+            self._tokenizer, self._model = load_pretrained(
+                self.model_name, "AutoModelForSequenceClassification", num_threads=self.num_threads, dtype=self.dtype,
+                device=self.device, trust_remote_code=self.trust_remote_code)
         except (OSError, ValueError) as exc:
             raise ValueError(f"reward model {self.model_name!r}: cannot load a sequence-classification model: {exc}") from None
         if self._model.config.pad_token_id is None:  # needed to find each row's last token
