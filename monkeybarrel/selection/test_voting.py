@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.models import resolve_model
+from ..core.models import load_pretrained
 from ..core.selection_data import SelectionData
 from .base import SELECTORS, Selector
 
@@ -138,12 +138,5 @@ class TestVoting(Selector):
 
     def _load(self):
         if getattr(self, "_model", None) is None:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            if self.num_threads:
-                torch.set_num_threads(self.num_threads)
-            path = resolve_model(self.model)
-            self._tokenizer = AutoTokenizer.from_pretrained(path)
-            self._model = AutoModelForCausalLM.from_pretrained(path).eval()
+            self._tokenizer, self._model = load_pretrained(self.model, num_threads=self.num_threads)
         return self._model, self._tokenizer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -12,7 +13,7 @@ class TaskDataError(ValueError):
 
 
 def read_records(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, record)`` from a ``.jsonl``/``.json`` (one object per line) or ``.parquet`` file.
+    """Yield ``(line_number, record)`` from a ``.jsonl``/``.json`` (one object per line, optionally ``.gz``) or ``.parquet`` file.
 
     Args:
         path: the file.
@@ -40,7 +41,8 @@ def read_records(path: str | Path, required: Sequence[str] = ()) -> Iterator[tup
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as handle:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue

@@ -13,8 +13,6 @@ not stored.
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -22,7 +20,7 @@ from ..core.records import Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
 from ..sandbox.programs import assemble_program, code_sandbox, extract_code, normalize_code, test_program
 from .base import TASKS, Task, take
-from .files import TaskDataError, read_records
+from .files import read_records
 
 REQUIRED = ("task_id", "prompt", "test", "entry_point")
 INSTRUCTION = ("Complete the following Python function. Reply with the complete function "
@@ -129,22 +127,4 @@ def _bundled_path() -> str:
 
 def _records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line, record)`` with every REQUIRED field, from JSONL, gzipped JSONL or Parquet."""
-    path = Path(path)
-    if not str(path).endswith(".gz"):
-        yield from read_records(path, required=REQUIRED)
-        return
-    if not path.is_file():
-        raise TaskDataError(f"{path}: file not found")
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskDataError(f"{path}:{line_number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            missing = [name for name in REQUIRED if not isinstance(record, dict) or record.get(name) is None]
-            if missing:
-                raise TaskDataError(
-                    f"{path}:{line_number}: missing field(s) {missing}; expected fields {list(REQUIRED)}")
-            yield line_number, record
+    return read_records(path, required=REQUIRED)

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core.models import resolve_model
+from ..core.models import load_pretrained
 from ..core.records import Candidate, Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
 from ..sandbox.programs import assemble_program, assert_lines, code_sandbox, docstring_tests, extract_code
@@ -154,14 +154,7 @@ class GeneratedTestsVerifier(Verifier):
 
     def _load(self):
         if self._model is None:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            if self.num_threads:
-                torch.set_num_threads(self.num_threads)
-            path = resolve_model(self.model_name)
-            self._tokenizer = AutoTokenizer.from_pretrained(path)
-            self._model = AutoModelForCausalLM.from_pretrained(path).eval()
+            self._tokenizer, self._model = load_pretrained(self.model_name, num_threads=self.num_threads)
         return self._model, self._tokenizer
 
     def sandbox(self) -> Sandbox:
