@@ -100,3 +100,23 @@ def test_coverage_curve_and_default_ks():
     groups = np.array([0, 0, 0, 0, 1, 1, 1, 1])
     curve = coverage_curve(labels, groups, 2, [1, 4])
     assert curve[1] == pytest.approx(0.125) and curve[4] == pytest.approx(0.5)
+
+
+def test_verifier_quality_reports_failures_top1_and_auroc():
+    import pyarrow as pa
+
+    from monkeybarrel.core.selection_data import SelectionData
+    from monkeybarrel.orchestrator.evaluate_stage import verifier_quality
+
+    keys = pa.table({"problem_id": ["a", "a", "b", "b"], "generator_id": ["g"] * 4, "sample_index": [0, 1, 0, 1]})
+    labels = np.array([1, 0, 0, 1])
+    scores = np.array([[0.9, 0.1, np.nan],   # "good" ranks every correct row first, "bad" the reverse,
+                       [0.2, 0.8, np.nan],   # "dead" failed everywhere
+                       [0.3, 0.7, np.nan],
+                       [0.6, 0.4, np.nan]])
+    data = SelectionData.build(keys, scores, ("good", "bad", "dead"))
+    quality = verifier_quality(data, labels)
+    assert quality["good"] == {"failed": 0.0, "top1_accuracy": 1.0, "auroc": 1.0}
+    assert quality["bad"]["top1_accuracy"] == 0.0 and quality["bad"]["auroc"] == 0.0
+    assert quality["dead"]["failed"] == 1.0 and quality["dead"]["top1_accuracy"] == 0.0
+    assert np.isnan(quality["dead"]["auroc"])

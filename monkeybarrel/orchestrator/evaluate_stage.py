@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..core.config import ExperimentConfig
+from ..core.groups import group_argmax
 from ..core.metrics import coverage_curve, default_ks, majority_curve, selection_accuracy
 from ..core.selection_data import SelectionData
 
@@ -27,6 +28,7 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
         "majority": {},
         "selection": {},
         "per_generator": {},
+        "verifiers": {},
     }
     if data.n_candidates == 0:
         return metrics
@@ -41,6 +43,7 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
             "type": info["type"],
             "abstained": int((info["chosen"] < 0).sum()),
         }
+    metrics["verifiers"] = verifier_quality(data, labels)
     for generator in sorted(set(data.generator_id.astype(str))):
         rows = data.generator_id.astype(str) == generator
         sub = data.subset(np.flatnonzero(rows))
@@ -50,3 +53,22 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
             "coverage": {str(k): v for k, v in coverage_curve(labels[rows], sub.groups, sub.n_problems, ks).items()},
         }
     return metrics
+
+
+def verifier_quality(data: SelectionData, labels: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per verifier, against the labels (evaluation only): share of failed (NaN) scores, accuracy of
+    picking each problem's top-scored candidate, and AUROC over all candidates (NaN if one class)."""
+    from sklearn.metrics import roc_auc_score
+
+    quality = {}
+    for j, name in enumerate(data.verifiers):
+        scores = data.scores[:, j]
+        finite = ~np.isnan(scores)
+        chosen = group_argmax(scores, data.groups, data.n_problems, data.tiebreak)
+        both_classes = finite.any() and 0 < labels[finite].mean() < 1
+        quality[name] = {
+            "failed": float(1 - finite.mean()),
+            "top1_accuracy": selection_accuracy(chosen, labels),
+            "auroc": float(roc_auc_score(labels[finite], scores[finite])) if both_classes else float("nan"),
+        }
+    return quality

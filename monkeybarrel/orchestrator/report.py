@@ -28,6 +28,13 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     lines += ["## Selection", "", "| method | accuracy (%) | uses labels | abstained |", "|---|---:|:---:|---:|"]
     for method, info in metrics.get("selection", {}).items():
         lines.append(f"| {method} | {_pct(info['accuracy'])} | {'yes' if info['uses_labels'] else 'no'} | {info['abstained']} |")
+    if metrics.get("verifiers"):
+        lines += ["", "## Verifiers (against the labels: evaluation only)", "",
+                  "| verifier | failed (%) | top-1 accuracy (%) | AUROC |", "|---|---:|---:|---:|"]
+        for verifier, info in metrics["verifiers"].items():
+            auroc = info["auroc"]
+            lines.append(f"| {verifier} | {_pct(info['failed'])} | {_pct(info['top1_accuracy'])} | "
+                         f"{'–' if math.isnan(auroc) else f'{auroc:.3f}'} |")
     if len(metrics.get("per_generator", {})) > 1:
         lines += ["", "## Per generator", "", "| generator | candidates | sample accuracy (%) | coverage@max k (%) |",
                   "|---|---:|---:|---:|"]
