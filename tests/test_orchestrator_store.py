@@ -121,3 +121,33 @@ def test_a_model_that_cannot_load_stops_the_run_and_records_nothing(tmp_path: Pa
     with pytest.raises(OSError):
         run_experiment(ExperimentConfig.from_dict(config), tmp_path / "run", show_progress=False)
     assert ExperimentStore(tmp_path / "run").candidates().num_rows == 0
+
+
+def test_new_samples_rescore_whole_problem_verifiers_and_the_newest_scores_win(tmp_path: Path):
+    from monkeybarrel.core.records import Problem
+    from monkeybarrel.orchestrator.verify_stage import run_verify_stage
+
+    store = ExperimentStore(tmp_path / "run")
+    config = ExperimentConfig.from_dict(tiny_config(verifiers=[{"name": "freq", "type": "answer_frequency"},
+                                                               {"name": "has", "type": "has_answer"}]))
+    problems = [Problem("p0", "arithmetic", prompt="What is 2 + 3?")]
+
+    def add(indices, answers):
+        rows = [{"problem_id": "p0", "generator_id": "smol", "sample_index": i, "text": f"The answer is {a}.",
+                 "prompt_tokens": 5, "completion_tokens": 5, "finish_reason": "stop", "wall_time_s": 0.1,
+                 "seed": 0, "error": None} for i, a in zip(indices, answers)]
+        store.append_chunk("candidates", pa.Table.from_pylist(rows, schema=CANDIDATE_SCHEMA))
+
+    def scores(verifier):
+        table = store.scores(verifier)
+        return dict(zip(table.column("sample_index").to_pylist(), table.column("score").to_pylist()))
+
+    add([0, 1], [5, 5])
+    run_verify_stage(store, config, problems, show_progress=False)
+    assert scores("freq") == {0: 1.0, 1: 1.0}
+    add([2, 3], [4, 7])                       # two more samples: 5 is now the answer of half of them
+    costs = run_verify_stage(store, config, problems, show_progress=False)
+    assert costs["freq"]["scored"] == 4 and costs["has"]["scored"] == 2   # only freq re-scores the old ones
+    assert scores("freq") == {0: 0.5, 1: 0.5, 2: 0.25, 3: 0.25}
+    assert store.scores("freq").num_rows == 4 and store.scores("has").num_rows == 4
+    assert run_verify_stage(store, config, problems, show_progress=False) == {}   # nothing left to do

@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -120,8 +121,16 @@ class ExperimentStore:
         return table
 
     def scores(self, verifier: str) -> pa.Table:
-        """Stored scores of one verifier (SCORE_SCHEMA)."""
-        return self.read_chunks(f"scores/{verifier}", SCORE_SCHEMA)
+        """Stored scores of one verifier (SCORE_SCHEMA), one row per candidate: where a candidate was
+        scored again (``Verifier.scores_whole_problem``), the newest chunk's row wins."""
+        table = self.read_chunks(f"scores/{verifier}", SCORE_SCHEMA)
+        if table.num_rows == 0:
+            return table
+        indexed = table.append_column("__row", pa.array(np.arange(table.num_rows)))
+        newest = indexed.group_by(list(CANDIDATE_KEY), use_threads=False).aggregate([("__row", "max")])
+        if newest.num_rows == table.num_rows:
+            return table
+        return table.take(np.sort(newest.column("__row_max").to_numpy()))
 
     def scored_verifiers(self) -> list[str]:
         folder = self.root / "scores"

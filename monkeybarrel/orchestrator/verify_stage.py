@@ -38,6 +38,8 @@ def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems:
         if not todo:
             continue
         verifier = build_plugin(VERIFIERS, spec.type, f"verifiers[{index}]", name=spec.name, **spec.options)
+        if verifier.scores_whole_problem:  # new candidates change the old ones' scores: re-score the problem
+            todo = [(p, by_problem[p.problem_id]) for p, _ in todo]
         started, rows, failures, last_flush = time.perf_counter(), [], 0, time.perf_counter()
         try:
             with progress_bar(f"verify {spec.name}", sum(len(cs) for _, cs in todo), show_progress) as bar:

@@ -2,7 +2,7 @@
 
 This is the soft form of majority voting, as a verifier column that other selectors can weigh.
 It needs all candidates of a problem in one call (the verify stage passes them together); when
-a problem later gets more samples, its old scores describe the smaller set.
+a problem later gets more samples, the verify stage re-scores all of its candidates.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class AnswerFrequency(Verifier):
         answer_fn: ``text -> canonical answer or None``; default
             ``monkeybarrel.tasks.math_answers.answer_key`` (math-verify equivalence).
     """
+
+    scores_whole_problem = True
 
     def __init__(self, name: str, finished_only: bool = True,
                  answer_fn: Callable[[str | None], str | None] | None = None) -> None:

@@ -32,6 +32,11 @@ class Verifier(ABC):
     uses_reference: ClassVar[bool] = False
     """True when the verifier needs the reference answer or hidden tests (its output is a label)."""
 
+    scores_whole_problem: ClassVar[bool] = False
+    """True when a candidate's score depends on the problem's other candidates (e.g. answer frequency):
+    when a problem gets new candidates, the verify stage re-scores all of them, and the new scores
+    supersede the old ones in the store."""
+
     def __init__(self, name: str) -> None:
         self.name = name
 
