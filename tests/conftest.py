@@ -30,3 +30,26 @@ def tiny_config(name: str = "tiny", problems: int = 3, samples: int = 4, max_tok
     }
     config.update(extra)
     return config
+
+
+@pytest.fixture(scope="module")
+def instances():
+    """The local SWE task set's instances by id; skips with the reason when docker or its images are missing."""
+    from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
+    from monkeybarrel.swebench.schema import load_instances
+
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # depends on the machine
+        pytest.skip(f"no docker daemon: {exc}")
+    items = load_instances(TASKSET / "tasks.jsonl")
+    try:
+        client.images.get(items[0].image_name)
+    except Exception:
+        pytest.skip(f"image {items[0].image_name} missing: run .ci/swe_setup.sh")
+    finally:
+        client.close()
+    return {i.instance_id: i for i in items}

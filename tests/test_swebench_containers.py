@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 import uuid
 from pathlib import Path
 
@@ -15,28 +14,9 @@ from monkeybarrel.swebench.containers import ContainerPool, Execution, Workspace
 from monkeybarrel.swebench.evaluate import evaluate_patches
 from monkeybarrel.swebench.predictions import read_predictions
 from monkeybarrel.swebench.retrieval import repo_files
-from monkeybarrel.swebench.schema import load_instances
 from monkeybarrel.swebench.voting import run_vote_matrix
 
 pytestmark = pytest.mark.docker
-TASKS = TASKSET / "tasks.jsonl"
-
-
-@pytest.fixture(scope="module")
-def instances():
-    try:
-        import docker
-
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"no docker daemon: {exc}")
-    items = load_instances(TASKS)
-    try:
-        client.images.get(items[0].image_name)
-    except Exception:  # pragma: no cover
-        pytest.skip(f"image {items[0].image_name} missing: run .ci/swe_setup.sh")
-    return {i.instance_id: i for i in items}
 
 
 @pytest.fixture()

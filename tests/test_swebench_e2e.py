@@ -11,7 +11,7 @@ from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
 from monkeybarrel.orchestrator.runner import run_experiment
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]  # the embedded model in every stage: minutes on 2 cores
+pytestmark = pytest.mark.docker  # CI-sized: 2 tasks, the embedded model in every stage, about 3 minutes on 2 cores
 
 
 def ci_config(tmp_path, problems: int = 2) -> dict:
@@ -45,8 +45,7 @@ def ci_config(tmp_path, problems: int = 2) -> dict:
     }
 
 
-def test_swe_taskset_end_to_end(tmp_path):
-    pytest.importorskip("docker").from_env().ping()
+def test_swe_taskset_end_to_end(instances, tmp_path):
     torch.set_num_threads(1)
     config = ExperimentConfig.from_dict(ci_config(tmp_path))
     experiment = run_experiment(config, tmp_path / "run", show_progress=False)
@@ -57,7 +56,8 @@ def test_swe_taskset_end_to_end(tmp_path):
     assert len(gold) == 4 and all(labels[k] for k in gold), "gold patches resolve"
     assert sum(1 for c in candidates if c["generator_id"] == "smollm2") == 4, "model patches are stored, even malformed"
     metrics = experiment.metrics()
-    assert metrics["coverage"]["4"] == 1.0
+    # 6 candidates per problem, at least the 2 gold ones correct: pass@4 >= 1 - C(4,4)/C(6,4) = 14/15
+    assert metrics["coverage"]["4"] >= 14 / 15 - 1e-9
     selection = metrics["selection"]
     for name in ("test voting", "state machine", "barrel of monkeys", "random (pass@1)", "oracle (coverage)"):
         assert name in selection and selection[name]["abstained"] == 0
