@@ -67,6 +67,10 @@ def test_swe_taskset_end_to_end(instances, tmp_path):
     record = json.loads(transcripts[0].read_text())
     assert 1 <= record["attempts"] <= 2 and record["messages"][0]["role"] == "system"
     assert len(record["candidates"]) <= 3
-    votes = json.loads(next((tmp_path / "artifacts" / "votes").glob("*.json")).read_text())
-    assert len(votes["base_codes"]) == len(votes["tests"]) and votes["pool"]["containers"] >= 1
+    vote_files = sorted((tmp_path / "artifacts" / "votes").glob("*.json"))
+    assert len(vote_files) == 2
+    for path in vote_files:  # the 135M model may write no valid test; where it wrote some, they ran in containers
+        votes = json.loads(path.read_text())
+        assert len(votes["base_codes"]) == len(votes["tests"])
+        assert votes["pool"]["containers"] >= (1 if votes["tests"] else 0)
     assert (tmp_path / "run" / "report.md").is_file()
