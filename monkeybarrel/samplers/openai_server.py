@@ -157,7 +157,10 @@ class OpenAISampler(Sampler):
                 yield item
         finally:
             if thread.is_alive() and "task" in holder:
-                loop.call_soon_threadsafe(holder["task"].cancel)
+                try:
+                    loop.call_soon_threadsafe(holder["task"].cancel)
+                except RuntimeError:  # the loop finished and closed between the check and the call
+                    pass
             thread.join()
 
     # ---- the async core --------------------------------------------------------------------
