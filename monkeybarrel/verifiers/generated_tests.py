@@ -22,8 +22,9 @@ import numpy as np
 from ..core.models import load_pretrained
 from ..core.records import Candidate, Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..sandbox.programs import assemble_program, assert_lines, code_sandbox, docstring_tests, extract_code
-from .base import VERIFIERS, Verifier
+from ..sandbox.programs import assemble_program, assert_lines, docstring_tests, extract_code
+from .base import VERIFIERS
+from .unit_tests import SandboxedVerifier
 
 TEST_PROMPT = (
     "Here is a Python function to test:\n\n```python\n{code_prompt}\n```\n\n"
@@ -34,7 +35,7 @@ TEST_PROMPT = (
 
 
 @VERIFIERS.register("generated_tests")
-class GeneratedTestsVerifier(Verifier):
+class GeneratedTestsVerifier(SandboxedVerifier):
     """Share of model-written tests each candidate passes.
 
     Args:
@@ -157,15 +158,9 @@ class GeneratedTestsVerifier(Verifier):
             self._tokenizer, self._model = load_pretrained(self.model_name, num_threads=self.num_threads)
         return self._model, self._tokenizer
 
-    def sandbox(self) -> Sandbox:
-        if self._sandbox is None:
-            self._sandbox = code_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
-        return self._sandbox
-
     def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-        self._sandbox = self._model = self._tokenizer = None
+        super().close()
+        self._model = self._tokenizer = None
 
 
 def _pair_key(program: str, test: str) -> str:

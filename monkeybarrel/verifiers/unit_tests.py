@@ -19,8 +19,28 @@ from ..sandbox.programs import assemble_program, code_sandbox, extract_code, tes
 from .base import VERIFIERS, Verifier
 
 
+class SandboxedVerifier(Verifier):
+    """A verifier that runs code: one sandbox (``code_sandbox(sandbox_spec, workers, limits)``), built on
+    first use and closed with the verifier. Subclasses set ``sandbox_spec``, ``workers`` and ``limits``."""
+
+    sandbox_spec: Any
+    workers: int
+    limits: Limits
+    _sandbox: Sandbox | None = None
+
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            self._sandbox = code_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
+        return self._sandbox
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+
 @VERIFIERS.register("unit_tests")
-class UnitTestVerifier(Verifier):
+class UnitTestVerifier(SandboxedVerifier):
     """Runs each candidate with the hidden tests in a sandbox.
 
     Args:
@@ -62,13 +82,3 @@ class UnitTestVerifier(Verifier):
         for row, result in zip(rows, self.sandbox().run_many(jobs)):
             scores[row] = np.nan if result.outcome is Outcome.SANDBOX_ERROR else float(result.ok)
         return scores
-
-    def sandbox(self) -> Sandbox:
-        if self._sandbox is None:
-            self._sandbox = code_sandbox(self.sandbox_spec, max_workers=self.workers, limits=self.limits)
-        return self._sandbox
-
-    def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
