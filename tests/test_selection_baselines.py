@@ -183,3 +183,11 @@ def test_supervised_beats_chance_and_handles_single_class_folds():
     assert np.all(flat == 0.0)
     with pytest.raises(ValueError, match="n_splits"):
         Supervised(n_splits=1).fit(data, y)
+
+
+@pytest.mark.parametrize("name", ["oracle", "oracle_routing", "best_generator", "best_single_labeled", "supervised"])
+def test_labels_of_the_wrong_length_are_refused_by_every_labelled_selector(name):
+    keys = pa.table({"problem_id": ["a", "a", "b", "b"], "generator_id": ["g", "h", "g", "h"], "sample_index": [0, 0, 0, 0]})
+    data = SelectionData.build(keys, np.zeros((4, 1)), ("v",))
+    with pytest.raises(ValueError, match=r"labels must be \[4\]"):
+        SELECTORS.create(name).fit(data, np.ones(3))

@@ -47,6 +47,8 @@ class Selector(ABC):
             raise TypeError(f"{type(self).__name__} is label-free and must not be given labels")
         if labels is None and self.uses_labels:
             raise TypeError(f"{type(self).__name__} needs labels: fit(data, labels)")
+        if labels is not None and np.shape(labels) != (data.n_candidates,):
+            raise ValueError(f"labels must be [{data.n_candidates}] (one per candidate), got shape {np.shape(labels)}")
         return self
 
     @abstractmethod

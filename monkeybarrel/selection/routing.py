@@ -74,8 +74,6 @@ class BestGenerator(Selector):
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "BestGenerator":
         super().fit(data, labels)
         labels = np.asarray(labels, dtype=np.float64)
-        if labels.shape != (data.n_candidates,):
-            raise ValueError(f"labels must be [{data.n_candidates}], got shape {labels.shape}")
         cell, self.generators_, _ = generator_cells(data)
         m = len(self.generators_)
         count = np.bincount(cell, minlength=data.n_problems * m).reshape(data.n_problems, m)
@@ -107,8 +105,6 @@ class OracleRouting(Selector):
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "OracleRouting":
         super().fit(data, labels)
         self.labels_ = np.asarray(labels, dtype=np.float64)
-        if self.labels_.shape != (data.n_candidates,):
-            raise ValueError(f"labels must be [{data.n_candidates}], got shape {self.labels_.shape}")
         return self
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
