@@ -34,7 +34,6 @@ class ChatLLM:
                  api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 600.0, options: dict[str, Any] | None = None) -> None:
         backend = "openai" if backend == "openai_compat" else backend
         self.backend, self.model, self.temperature, self.top_p, self.max_tokens = backend, model, temperature, top_p, max_tokens
-        self.base_url, self.api_key_env, self.timeout_s = base_url, api_key_env, timeout_s
         self.options = dict(options or {})
         if backend == "openai":
             if not base_url:
