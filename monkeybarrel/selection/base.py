@@ -35,13 +35,22 @@ class Selector(BaseEstimator, ABC):
     uses_labels: ClassVar[bool] = False
     """True for supervised or oracle methods: ``fit`` then receives ground-truth labels."""
 
+    requires_fit: ClassVar[bool] = True
+    """False for stateless selectors (scores from the data alone): they may select without ``fit``."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "decision_function" in cls.__dict__:  # every selector's scores need a fitted selector
-            cls.decision_function = _requires_fit(cls.__dict__["decision_function"])
+        for name in ("decision_function", "select"):  # both need a fitted selector
+            if name in cls.__dict__:
+                setattr(cls, name, _requires_fit(cls.__dict__[name]))
 
     def __sklearn_is_fitted__(self) -> bool:
-        return getattr(self, "_fitted", False)
+        return getattr(self, "_fitted", False) or not self.requires_fit
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = self.requires_fit
+        return tags
 
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "Selector":
         """Learn from the data (label-free unless ``uses_labels``); returns self."""

@@ -5,7 +5,8 @@ asserts one part of the contract in ``selection/base.py``:
 
 * ``params``: ``__init__`` only stores parameters; ``sklearn.clone`` rebuilds an equal selector; ``fit``
   leaves the parameters alone and returns ``self``;
-* ``unfitted``: ``decision_function`` and ``select`` raise sklearn's ``NotFittedError`` before ``fit``;
+* ``unfitted``: ``decision_function`` and ``select`` raise sklearn's ``NotFittedError`` before ``fit``
+  (unless the selector is stateless: ``requires_fit = False``);
 * ``labels``: a label-free selector refuses labels, a label-based one requires them;
 * ``output``: ``decision_function`` gives ``[n]`` floats, ``select`` gives ``[n_problems]`` rows of the
   right problems, each at its problem's maximum decision, -1 only where all decisions are NaN;
@@ -93,6 +94,8 @@ def check_params(selector: Selector) -> None:
 
 
 def check_unfitted(selector: Selector) -> None:
+    if not selector.requires_fit:
+        return
     data, _ = make_data()
     for method in ("decision_function", "select"):
         try:

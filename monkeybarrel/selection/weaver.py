@@ -870,7 +870,6 @@ class WeaverSelector(Selector):
         return _sigmoid(self.decision_function(data))
 
     def select(self, data: SelectionData) -> np.ndarray:
-        check_is_fitted(self)
         X, _ = feature_matrix(data, self.verifiers, self.majority_verifier)
         primary = self.model_.decision_function(X)
         if self.tie_break == "index":
