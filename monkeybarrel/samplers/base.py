@@ -12,7 +12,7 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate, Problem
@@ -86,8 +86,3 @@ class Sampler(ABC):
 
     def close(self) -> None:
         """Release resources (servers, actors, GPU memory)."""
-
-
-def check_sequence(values: Sequence[int], name: str) -> None:
-    if len(set(values)) != len(values):
-        raise ValueError(f"{name} has duplicates: {values}")

@@ -1,7 +1,7 @@
 """The ``openai`` backend: sampling from any OpenAI-compatible chat-completions server.
 
 Works with ``vllm serve``, SGLang, TGI, llama.cpp's server, hosted APIs and
-``python -m monkeybarrel.samplers.serving``. Requests run concurrently on an asyncio loop in a
+``python -m monkeybarrel.samplers.chat_server``. Requests run concurrently on an asyncio loop in a
 background thread (``max_concurrency`` HTTP requests in flight) and each problem's candidates are
 yielded as soon as they are back. A problem's samples go out as one request with ``n`` choices
 (split into pieces of at most ``max_n``); a server that refuses ``n`` > 1 (HTTP 400) or returns fewer

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from ..core.config import GeneratorSpec
-from ..core.records import Problem
+from ...core.config import GeneratorSpec
+from ...core.records import Problem
 
 
 class ChatLLM:
@@ -48,7 +48,7 @@ class ChatLLM:
 
     def complete(self, conversations: Sequence[list[dict[str, str]]], n: int = 1, seed: int = 0) -> list[list[str]]:
         """``[len(conversations)][n]`` reply texts ("" for a failed completion)."""
-        from ..samplers.base import SAMPLERS, SampleRequest, request_seed
+        from ...samplers.base import SAMPLERS, SampleRequest, request_seed
 
         self.calls += len(conversations)
         if self._sampler is None:
