@@ -73,7 +73,7 @@ DEFAULT_SELECTORS = (
     SelectorSpec(name="best single (oracle pick)", type="best_single_labeled"),
     SelectorSpec(name="naive ensemble", type="naive_ensemble"),
     SelectorSpec(name="weaver", type="weaver"),
-    SelectorSpec(name="weaver (1% dev labels)", type="weaver", options={"dev_fraction": 0.01, "threshold": "search"}),
+    SelectorSpec(name="weaver (1% dev labels)", type="weaver", options={"dev_fraction": 0.01, "model__threshold": "search"}),
     SelectorSpec(name="supervised (5-fold LR)", type="supervised"),
 )
 

@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ..core.config import ConfigError, ExperimentConfig
 from ..core.registry import UnknownNameError
-from ..tasks.files import TaskDataError
-from .compat import ConfigConflictError
+from ..core.files import TaskDataError
+from .config_guard import ConfigConflictError
 from .store import StoreError
 
 console = Console()

@@ -12,7 +12,7 @@ from ..core.config import ExperimentConfig
 from ..core.plugins import build_plugin
 from ..core.records import Problem, problems_from_table, problems_to_table
 from ..tasks.base import TASKS, Task
-from .compat import ConfigConflictError, changed_keys, result_inputs
+from .config_guard import ConfigConflictError, changed_keys, result_inputs
 from .evaluate_stage import evaluate
 from .experiment import Experiment
 from .label_stage import run_label_stage
