@@ -32,8 +32,8 @@ SELECTORS = (
     SelectorSpec(name="majority", type="majority"),
     SelectorSpec(name="naive ensemble", type="naive_ensemble"),
     SelectorSpec(name="weaver (paper settings: all labels set prior and threshold)", type="weaver",
-                 options={"dev_fraction": 1.0, "threshold": "search"}),
-    SelectorSpec(name="weaver (1% dev labels)", type="weaver", options={"dev_fraction": 0.01, "threshold": "search"}),
+                 options={"dev_fraction": 1.0, "model__threshold": "search"}),
+    SelectorSpec(name="weaver (1% dev labels)", type="weaver", options={"dev_fraction": 0.01, "model__threshold": "search"}),
     SelectorSpec(name="weaver (label-free)", type="weaver"),
 )
 """The select stage adds ``random (pass@1)`` and ``oracle (coverage)`` itself."""
