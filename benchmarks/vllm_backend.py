@@ -44,7 +44,7 @@ def build_model(path: Path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(**PRESET, initializer_range=0.2, torch_dtype="bfloat16", bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(**PRESET, initializer_range=0.2, bos_token_id=1, eos_token_id=2)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(path)
@@ -85,11 +85,11 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
         return outs, time.perf_counter() - started
 
     # warm-up (compilation of our kernels' shapes happens on first use)
-    generate(prompts_for(2, 600, 99), SamplingParams(n=4, max_tokens=32, ignore_eos=True, seed=1))
+    generate(prompts_for(2, 600, 99), SamplingParams(n=4, max_tokens=32, ignore_eos=True, seed=1, detokenize=False))
     for n_prompts, n, length in shapes:
         prompts = prompts_for(n_prompts, length, seed=length + n_prompts)
-        one = SamplingParams(n=n, max_tokens=1, temperature=0.8, seed=0, ignore_eos=True)
-        full = SamplingParams(n=n, max_tokens=NEW_TOKENS, temperature=0.8, seed=0, ignore_eos=True)
+        one = SamplingParams(n=n, max_tokens=1, temperature=0.8, seed=0, ignore_eos=True, detokenize=False)
+        full = SamplingParams(n=n, max_tokens=NEW_TOKENS, temperature=0.8, seed=0, ignore_eos=True, detokenize=False)
         _, t_one = generate(prompts, one)
         outs, t_full = generate(prompts, full)
         tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
@@ -103,7 +103,7 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
     # greedy parity: 4 prompts x 8 requests sharing the prompt, one forced distinct last token each
     base = prompts_for(4, 1000, seed=7)
     reqs = [p + [500 + 37 * j] for p in base for j in range(8)]
-    greedy = SamplingParams(n=1, max_tokens=48, temperature=0.0, logprobs=2, ignore_eos=True)
+    greedy = SamplingParams(n=1, max_tokens=48, temperature=0.0, logprobs=2, ignore_eos=True, detokenize=False)
     outs, _ = generate(reqs, greedy)
     result["greedy"] = [{"tokens": list(o.outputs[0].token_ids),
                          "top2": [sorted((lp.logprob for lp in step.values()), reverse=True)[:2]

@@ -304,6 +304,79 @@ def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, n_out_rows, stride_ob, s
 
 
 @triton.jit
+def _paged_prefix_item(pid, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, n_items, qk_scale,
+                       stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn, stride_vh,
+                       stride_bt, NSP,
+                       G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """Prefix item ``(hkv, item)``: the item's rows ``(member, g)`` of one group against the group's
+    shared keys ``[key_lo, key_hi)`` read through the leader's block-table row; writes
+    ``OP/LP[hkv, split, t*G + g]``."""
+    item = pid % n_items
+    hkv = pid // n_items
+    base = ITEMS + item * 8
+    order_start = tl.load(base)
+    flat_start = tl.load(base + 1)
+    flat_rows = tl.load(base + 2)
+    lo = tl.load(base + 3)
+    hi = tl.load(base + 4)
+    leader = tl.load(base + 5).to(tl.int64)
+    split = tl.load(base + 6)
+    offs_d = tl.arange(0, D)
+    r = flat_start + tl.arange(0, BLOCK_M)
+    ok = r < flat_rows
+    g = r % G
+    t = tl.load(ORDER + order_start + r // G, mask=ok, other=0).to(tl.int64)
+    q = tl.load(Q + t[:, None] * stride_qt + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
+                mask=ok[:, None], other=0.0)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, KC + hkv * stride_kh, VC + hkv * stride_vh,
+                                  stride_kn, stride_vn, lo, hi, qk_scale, D, BLOCK_N,
+                                  BT + leader * stride_bt, stride_kpage, stride_vpage, BS, True)
+    o, lse2 = _finish(acc, l_i, m_i)
+    part = (hkv * NSP + split).to(tl.int64) * n_rows + t * G + g
+    tl.store(OP + part[:, None] * D + offs_d[None, :], o, mask=ok[:, None])
+    tl.store(LP + part, lse2, mask=ok)
+
+
+@triton.jit
+def _paged_suffix_tile(tile, Q, KC, VC, BT, SEQ_LENS, SHARED_LEN, OS, LS, qk_scale,
+                       stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn, stride_vh,
+                       stride_bt, HKV, NSS,
+                       G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_G: tl.constexpr,
+                       BLOCK_NS: tl.constexpr):
+    """Suffix tile ``(t, hkv, split)``: request t's G heads against its own keys
+    ``[SHARED_LEN[t], SEQ_LENS[t])`` (chunk ``split`` of NSS) through its block-table row; writes
+    ``OS/LS[t, hkv, split, g]``."""
+    split = tile % NSS
+    th = tile // NSS
+    hkv = th % HKV
+    t = (th // HKV).to(tl.int64)
+    offs_d = tl.arange(0, D)
+    g = tl.arange(0, BLOCK_G)
+    g_ok = g < G
+    q = tl.load(Q + t * stride_qt + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
+                mask=g_ok[:, None], other=0.0)
+    start = tl.load(SHARED_LEN + t)
+    end = tl.load(SEQ_LENS + t)
+    chunk = tl.cdiv(tl.cdiv(tl.maximum(end - start, 0), NSS), BLOCK_NS) * BLOCK_NS
+    lo = start + split * chunk
+    hi = tl.minimum(lo + chunk, end)
+    acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, KC + hkv * stride_kh, VC + hkv * stride_vh,
+                                  stride_kn, stride_vn, lo, hi, qk_scale, D, BLOCK_NS,
+                                  BT + t * stride_bt, stride_kpage, stride_vpage, BS, True)
+    o, lse2 = _finish(acc, l_i, m_i)
+    part = tile.to(tl.int64) * G + g
+    tl.store(OS + part[:, None] * D + offs_d[None, :], o, mask=g_ok[:, None])
+    tl.store(LS + part, lse2, mask=g_ok)
+
+
+@triton.jit
 def _paged_decode_kernel(
     Q, KC, VC, BT, SEQ_LENS, ITEMS, ORDER, SHARED_LEN, OP, LP, OS, LS,
     n_rows, n_items, n_prefix_programs, qk_scale,
@@ -315,64 +388,16 @@ def _paged_decode_kernel(
 ):
     """Shared-prefix decode over a paged KV cache (vLLM's layout), many groups in one grid.
 
-    Programs ``[0, n_prefix_programs)`` are prefix items ``(hkv, item)`` (``item`` a row of ``ITEMS``,
-    see ``prefix_groups.ITEM_FIELDS``): the item's query rows ``(member, g)`` of one group against
-    the group's shared keys ``[key_lo, key_hi)``, read through the leader's block-table row, written
-    to ``OP/LP[hkv, split, t*G + g]``. The rest are suffix tiles ``(t, hkv, split)``: request ``t``'s
-    G heads against its own keys ``[SHARED_LEN[t], SEQ_LENS[t])`` through its block-table row,
-    written to ``OS/LS[t, hkv, split, g]``. ``_merge_kernel`` then merges the partials of each row.
+    Programs ``[0, n_prefix_programs)`` are prefix items (``_paged_prefix_item``; ``ITEMS`` rows are
+    ``prefix_groups.ITEM_FIELDS``), the rest suffix tiles (``_paged_suffix_tile``). ``_merge_kernel``
+    then merges the partials of each row.
     """
     pid = tl.program_id(0)
-    offs_d = tl.arange(0, D)
     if pid < n_prefix_programs:
-        item = pid % n_items
-        hkv = pid // n_items
-        base = ITEMS + item * 8
-        order_start = tl.load(base)
-        flat_start = tl.load(base + 1)
-        flat_rows = tl.load(base + 2)
-        lo = tl.load(base + 3)
-        hi = tl.load(base + 4)
-        leader = tl.load(base + 5).to(tl.int64)
-        split = tl.load(base + 6)
-        r = flat_start + tl.arange(0, BLOCK_M)
-        ok = r < flat_rows
-        g = r % G
-        t = tl.load(ORDER + order_start + r // G, mask=ok, other=0).to(tl.int64)
-        q = tl.load(Q + t[:, None] * stride_qt + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
-                    mask=ok[:, None], other=0.0)
-        acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, KC + hkv * stride_kh, VC + hkv * stride_vh,
-                                      stride_kn, stride_vn, lo, hi, qk_scale, D, BLOCK_N,
-                                      BT + leader * stride_bt, stride_kpage, stride_vpage, BS, True)
-        o, lse2 = _finish(acc, l_i, m_i)
-        part = (hkv * NSP + split).to(tl.int64) * n_rows + t * G + g
-        tl.store(OP + part[:, None] * D + offs_d[None, :], o, mask=ok[:, None])
-        tl.store(LP + part, lse2, mask=ok)
+        _paged_prefix_item(pid, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, n_items, qk_scale,
+                           stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn,
+                           stride_vh, stride_bt, NSP, G, D, BS, BLOCK_M, BLOCK_N)
     else:
-        tile = pid - n_prefix_programs
-        split = tile % NSS
-        th = tile // NSS
-        hkv = th % HKV
-        t = (th // HKV).to(tl.int64)
-        g = tl.arange(0, BLOCK_G)
-        g_ok = g < G
-        q = tl.load(Q + t * stride_qt + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
-                    mask=g_ok[:, None], other=0.0)
-        start = tl.load(SHARED_LEN + t)
-        end = tl.load(SEQ_LENS + t)
-        chunk = tl.cdiv(tl.cdiv(tl.maximum(end - start, 0), NSS), BLOCK_NS) * BLOCK_NS
-        lo = start + split * chunk
-        hi = tl.minimum(lo + chunk, end)
-        acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
-        m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-        acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, KC + hkv * stride_kh, VC + hkv * stride_vh,
-                                      stride_kn, stride_vn, lo, hi, qk_scale, D, BLOCK_NS,
-                                      BT + t * stride_bt, stride_kpage, stride_vpage, BS, True)
-        o, lse2 = _finish(acc, l_i, m_i)
-        part = tile.to(tl.int64) * G + g
-        tl.store(OS + part[:, None] * D + offs_d[None, :], o, mask=g_ok[:, None])
-        tl.store(LS + part, lse2, mask=g_ok)
+        _paged_suffix_tile(pid - n_prefix_programs, Q, KC, VC, BT, SEQ_LENS, SHARED_LEN, OS, LS, qk_scale,
+                           stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn,
+                           stride_vh, stride_bt, HKV, NSS, G, D, BS, BLOCK_G, BLOCK_NS)
