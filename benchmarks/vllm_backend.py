@@ -13,7 +13,9 @@ default backend's top-1/top-2 margin where they first differ.
 
 Run on a GPU machine with vLLM 0.26 importable:
     python benchmarks/vllm_backend.py --model-dir /tmp/llama1b --out benchmarks/vllm_backend_h100.json
-(``--backend vllm|monkeybarrel`` runs one engine and prints its JSON; the default runs both.)
+(``--backend NAME`` runs one engine and prints its JSON; the default runs ``--variants``: vLLM's default,
+ours on the V1 model runner (block table read on the CPU), ours on the V2 runner (block table copied
+back each step).)
 """
 
 from __future__ import annotations
@@ -61,18 +63,21 @@ def prompts_for(n_prompts: int, length: int, seed: int) -> list[list[int]]:
 
 def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]) -> dict:
     """One engine, every shape and the parity run; returns the figures (and the backend's counters)."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: counters readable here
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    stats_file = Path(f"/tmp/monkeybarrel_attention_stats_{backend}.json")
+    stats_file.unlink(missing_ok=True)
+    os.environ["MONKEYBARREL_ATTENTION_STATS"] = str(stats_file)  # the engine core runs in its own process
     from vllm import LLM, SamplingParams
 
     kwargs = dict(model=model_dir, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=8192,
                   enable_prefix_caching=True, gpu_memory_utilization=0.85, max_num_seqs=256, seed=0)
-    if backend == "monkeybarrel":
+    if backend.startswith("monkeybarrel"):
         from monkeybarrel.kernels import vllm_plugin
 
         vllm_plugin.check_vllm_version()
         vllm_plugin.register()
-        os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+        # V1 runner: the builder reads its CPU block table; V2: the block table is copied back every step
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if backend.endswith("-v2") else "0"
         kwargs["attention_backend"] = "CUSTOM"
     t0 = time.perf_counter()
     llm = LLM(**kwargs)
@@ -108,10 +113,8 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
     result["greedy"] = [{"tokens": list(o.outputs[0].token_ids),
                          "top2": [sorted((lp.logprob for lp in step.values()), reverse=True)[:2]
                                   for step in o.outputs[0].logprobs]} for o in outs]
-    if backend == "monkeybarrel":
-        from monkeybarrel.kernels.vllm_backend import STATS
-
-        result["backend_stats"] = dict(STATS)
+    if stats_file.exists():
+        result["backend_stats"] = json.loads(stats_file.read_text())
     return result
 
 
@@ -136,7 +139,8 @@ def parity(ref: list[dict], ours: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-dir", default="/tmp/llama1b")
-    ap.add_argument("--backend", choices=["vllm", "monkeybarrel"])
+    ap.add_argument("--backend", choices=["vllm", "monkeybarrel", "monkeybarrel-v2"])
+    ap.add_argument("--variants", default="vllm,monkeybarrel,monkeybarrel-v2")
     ap.add_argument("--shapes", default="", help="subset, e.g. '4x64x2048,256x1x2048'")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -146,19 +150,37 @@ def main() -> None:
         return
     build_model(Path(args.model_dir))
     runs = {}
-    for backend in ("vllm", "monkeybarrel"):
+    for backend in args.variants.split(","):
         cmd = [sys.executable, __file__, "--backend", backend, "--model-dir", args.model_dir, "--shapes",
                ",".join("x".join(map(str, s)) for s in shapes)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
-            raise SystemExit(f"{backend} run failed (exit {proc.returncode})")
+            print(f"{backend} run failed (exit {proc.returncode})", flush=True)
+            continue
         runs[backend] = json.loads(line[len("RESULT "):])
+        if args.out:  # after every engine, so a cut-off run keeps what it measured
+            Path(args.out).write_text(json.dumps({"runs": runs}, indent=1))
+    report = {"runs": {k: {kk: vv for kk, vv in v.items() if kk != "greedy"} for k, v in runs.items()},
+              "tables": {}, "parity": {}}
+    for ours in [k for k in runs if k != "vllm"]:
+        if "vllm" in runs:
+            report["tables"][ours] = table(runs["vllm"], runs[ours])
+            report["parity"][ours] = parity(runs["vllm"]["greedy"], runs[ours]["greedy"])
+    print(json.dumps({"parity": report["parity"],
+                      "backend_stats": {k: v.get("backend_stats") for k, v in runs.items()},
+                      "engine_start_s": {k: v["engine_start_s"] for k, v in runs.items()}}, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def table(ref: dict, ours: dict) -> list[dict]:
+    """Rows of the comparison (ratios ours / vLLM default, same run), printed as they are built."""
+    print(f"{ours['backend']}: {'shape':>18} | {'vLLM out tok/s':>14} {'(decode)':>10} | {'ours out tok/s':>14} "
+          f"{'(decode)':>10} | {'out x':>6} {'decode x':>8}")
     rows = []
-    print(f"{'shape':>18} | {'vLLM out tok/s':>14} {'(decode)':>10} | {'ours out tok/s':>14} {'(decode)':>10} | "
-          f"{'out x':>6} {'decode x':>8}")
-    for a, b in zip(runs["vllm"]["shapes"], runs["monkeybarrel"]["shapes"]):
+    for a, b in zip(ref["shapes"], ours["shapes"]):
         row = {"shape": f"{a['prompts']} x {a['n']}, {a['prompt_len']}",
                "vllm_output_tok_s": a["output_tok_s"], "vllm_decode_tok_s": a["decode_tok_s"],
                "ours_output_tok_s": b["output_tok_s"], "ours_decode_tok_s": b["decode_tok_s"],
@@ -167,14 +189,8 @@ def main() -> None:
         rows.append(row)
         print(f"{row['shape']:>18} | {a['output_tok_s']:>14,.0f} {a['decode_tok_s']:>10,.0f} | "
               f"{b['output_tok_s']:>14,.0f} {b['decode_tok_s']:>10,.0f} | {row['output_ratio']:>6.2f} "
-              f"{row['decode_ratio']:>8.2f}")
-    report = {"table": rows, "parity": parity(runs["vllm"]["greedy"], runs["monkeybarrel"]["greedy"]),
-              "backend_stats": runs["monkeybarrel"].get("backend_stats"),
-              "engine_start_s": {k: v["engine_start_s"] for k, v in runs.items()},
-              "runs": {k: {kk: vv for kk, vv in v.items() if kk != "greedy"} for k, v in runs.items()}}
-    print(json.dumps({"parity": report["parity"], "backend_stats": report["backend_stats"]}, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1))
+              f"{row['decode_ratio']:>8.2f}", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

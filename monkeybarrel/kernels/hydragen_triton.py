@@ -290,7 +290,7 @@ def _hydragen_kernel(
                               HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows", "n_out_rows", "N_PSPLITS", "N_SSPLITS"])
 def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, n_out_rows, stride_ob, stride_oh,
                   HKV, N_PSPLITS, N_SSPLITS,
                   G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, WRITE_LSE: tl.constexpr):
@@ -376,7 +376,7 @@ def _paged_suffix_tile(tile, Q, KC, VC, BT, SEQ_LENS, SHARED_LEN, OS, LS, qk_sca
     tl.store(LS + part, lse2, mask=g_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows", "n_items", "n_prefix_programs", "NSP", "NSS"])
 def _paged_decode_kernel(
     Q, KC, VC, BT, SEQ_LENS, ITEMS, ORDER, SHARED_LEN, OP, LP, OS, LS,
     n_rows, n_items, n_prefix_programs, qk_scale,
@@ -388,7 +388,8 @@ def _paged_decode_kernel(
 ):
     """Shared-prefix decode over a paged KV cache (vLLM's layout), many groups in one grid.
 
-    Programs ``[0, n_prefix_programs)`` are prefix items (``_paged_prefix_item``; ``ITEMS`` rows are
+    The sizes that change from one decode step to the next are not specialised on (one compiled
+    kernel serves every step). Programs ``[0, n_prefix_programs)`` are prefix items (``_paged_prefix_item``; ``ITEMS`` rows are
     ``prefix_groups.ITEM_FIELDS``), the rest suffix tiles (``_paged_suffix_tile``). ``_merge_kernel``
     then merges the partials of each row.
     """

@@ -24,7 +24,8 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["SharedGroups", "PagedDecodePlan", "find_shared_groups", "plan_paged_decode", "ITEM_FIELDS"]
+__all__ = ["SharedGroups", "PagedDecodePlan", "find_shared_groups", "plan_paged_decode", "suffix_splits",
+           "ITEM_FIELDS"]
 
 ITEM_FIELDS = ("order_start", "flat_start", "flat_rows", "key_lo", "key_hi", "leader", "split", "pad")
 """Columns of :attr:`PagedDecodePlan.items` (int32): where the group's members start in ``order``,
@@ -196,12 +197,19 @@ def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size:
         items[:, 4] = np.minimum(lo + chunk[grp], shared[grp])
         items[:, 5] = groups.order[groups.starts[:-1][grp]]
         items[:, 6] = split
-    suffix = seq_lens - groups.shared_len
-    longest = int(suffix.max()) if T else 0
-    nss = 1
-    while T * num_kv_heads * nss * 2 <= 2 * num_sms and longest // (nss * 2) >= 256:
-        nss *= 2
+    nss = suffix_splits(seq_lens, groups.shared_len, num_kv_heads, num_sms)
     total = int(seq_lens.sum())
     return PagedDecodePlan(items=items, order=groups.order, shared_len=groups.shared_len,
                            prefix_splits=int(splits.max()) if len(splits) else 1, suffix_splits=nss,
                            saved_fraction=groups.saved_tokens(block_size) / total if total else 0.0, groups=groups)
+
+
+def suffix_splits(seq_lens: np.ndarray, shared_len: np.ndarray, num_kv_heads: int, num_sms: int) -> int:
+    """Chunks each request's own keys are cut into: more than one only when ``T x Hkv`` suffix tiles
+    would leave SMs idle and the longest suffix has at least 512 keys."""
+    T = len(seq_lens)
+    longest = int((np.asarray(seq_lens, dtype=np.int64) - shared_len).max()) if T else 0
+    nss = 1
+    while T * num_kv_heads * nss * 2 <= 2 * num_sms and longest // (nss * 2) >= 256:
+        nss *= 2
+    return nss

@@ -17,9 +17,12 @@ vLLM captures the rest of the model piecewise): the work list changes from step 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
+
+import numpy as np
 
 from vllm.v1.attention.backend import AttentionCGSupport, AttentionType, CommonAttentionMetadata
 from vllm.v1.attention.backends.flash_attn import (
@@ -31,16 +34,17 @@ from vllm.v1.attention.backends.flash_attn import (
 
 from .hydragen_launch import _num_sms
 from .paged_launch import PagedStep
-from .prefix_groups import plan_paged_decode
+from .prefix_groups import plan_paged_decode, suffix_splits
 from .vllm_plugin import cpu_block_table
 
 __all__ = ["MonkeybarrelAttentionBackend", "MonkeybarrelMetadataBuilder", "MonkeybarrelAttentionImpl", "STATS"]
 
 _log = logging.getLogger(__name__)
 
-STATS = {"shared_steps": 0, "fallback_steps": 0, "plan_seconds": 0.0, "synced_block_tables": 0}
+STATS = {"shared_steps": 0, "fallback_steps": 0, "reused_plans": 0, "plan_seconds": 0.0, "synced_block_tables": 0}
 """Per-process counters: decode steps served by the shared-prefix kernel, steps left to FlashAttention,
-CPU seconds spent planning, and plans that had to copy the block table back from the GPU."""
+steps that reused the previous step's plan, CPU seconds spent planning, and steps that had to copy the
+block table back from the GPU."""
 
 
 class MonkeybarrelAttentionBackend(FlashAttentionBackend):
@@ -69,6 +73,7 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.min_saved = float(os.environ.get("MONKEYBARREL_MIN_SAVED", "0.2"))
         self.num_sms = _num_sms(device.index or 0) if device.type == "cuda" else 132
+        self._last = None
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> FlashAttentionMetadata:
@@ -77,7 +82,12 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
         return metadata
 
     def _plan(self, cm: CommonAttentionMetadata) -> PagedStep | None:
-        """The step's work list, or None to leave the step to FlashAttention."""
+        """The step's work list, or None to leave the step to FlashAttention.
+
+        The grouping of a batch changes only when requests join, leave or move: a step whose first
+        ``max shared blocks`` block-table columns equal the last plan's (and whose suffix split is the
+        same) reuses that plan and its device buffers, so a steady decode costs one array compare.
+        """
         if cm.max_query_len != 1 or cm.num_reqs == 0 or self.headdim not in (64, 128):
             return None
         started = time.perf_counter()
@@ -87,18 +97,43 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
             table = cm.block_table_tensor[:T].cpu().numpy()
             STATS["synced_block_tables"] += 1
         lens = cm._seq_lens_cpu if cm._seq_lens_cpu is not None else cm.seq_lens_cpu_upper_bound
-        if lens is None:
-            lens = cm.seq_lens[:T].cpu()
-        plan = plan_paged_decode(table[:T], lens[:T].numpy(), self.block_size, self.num_heads_q // self.num_heads_kv,
-                                 self.num_heads_kv, num_sms=self.num_sms)
-        step = None
-        if plan.saved_fraction >= self.min_saved:
-            step = PagedStep(plan, self.num_heads_q, self.num_heads_kv, self.headdim, self.device)
-            STATS["shared_steps"] += 1
+        lens = (lens if lens is not None else cm.seq_lens.cpu())[:T].numpy()
+        table = table[:T]
+        hit, step = self._reuse(table, lens)
+        if hit:
+            STATS["reused_plans"] += 1
         else:
-            STATS["fallback_steps"] += 1
+            plan = plan_paged_decode(table, lens, self.block_size, self.num_heads_q // self.num_heads_kv,
+                                     self.num_heads_kv, num_sms=self.num_sms)
+            step = None
+            if plan.saved_fraction >= self.min_saved:
+                step = PagedStep(plan, self.num_heads_q, self.num_heads_kv, self.headdim, self.device)
+            depth = max(int(plan.groups.shared_blocks.max()) if plan.groups.n_groups else 0, 1)
+            self._last = (step, plan, table[:, :depth].copy())
+        STATS["shared_steps" if step is not None else "fallback_steps"] += 1
         STATS["plan_seconds"] += time.perf_counter() - started
+        self._dump_stats()
         return step
+
+    def _reuse(self, table: np.ndarray, lens: np.ndarray) -> tuple[bool, PagedStep | None]:
+        """``(True, last step's decision)`` when the last plan still holds for this batch (see ``_plan``)."""
+        if self._last is None:
+            return False, None
+        step, plan, columns = self._last
+        if len(plan.order) != len(lens) or not np.array_equal(table[:, :columns.shape[1]], columns):
+            return False, None
+        if step is not None and suffix_splits(lens, plan.shared_len, self.num_heads_kv,
+                                              self.num_sms) != plan.suffix_splits:
+            return False, None
+        return True, step
+
+    def _dump_stats(self) -> None:
+        """Write STATS to ``$MONKEYBARREL_ATTENTION_STATS`` (JSON) every 32 steps, for runs whose engine
+        lives in another process."""
+        path = os.environ.get("MONKEYBARREL_ATTENTION_STATS")
+        if path and (STATS["shared_steps"] + STATS["fallback_steps"]) % 32 == 0:
+            with open(path, "w") as fh:
+                json.dump(STATS, fh)
 
 
 class MonkeybarrelAttentionImpl(FlashAttentionImpl):
