@@ -47,8 +47,7 @@ class VLLMSampler(Sampler):
         cpu_kvcache_gib: KV cache size for the CPU backend (sets ``VLLM_CPU_KVCACHE_SPACE``).
         engine_kwargs: further ``vllm.LLM`` arguments (e.g. ``{"max_num_seqs": 512}``).
         attention: ``vllm`` (vLLM's own choice) or ``monkeybarrel`` (the shared-prefix backend; needs
-            prefix caching, and selects vLLM's V1 model runner, whose block table it reads on the CPU,
-            unless ``VLLM_USE_V2_MODEL_RUNNER`` is set).
+            prefix caching). docs/kernels.md has the measured speed-ups: they need long shared prompts.
     """
 
     def __init__(self, spec: GeneratorSpec, tensor_parallel_size: int = 1, dtype: str = "auto",
@@ -91,7 +90,6 @@ class VLLMSampler(Sampler):
         if self.attention == "monkeybarrel":
             vllm_plugin.check_vllm_version()
             vllm_plugin.register()  # this process too (vLLM registers it in its own through the entry point)
-            os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
             args["attention_backend"] = "CUSTOM"
         try:
             from vllm import LLM
