@@ -47,15 +47,18 @@ print(held, flush=True)
 """
 TMPFS_FILL = """
 import sys
+block = b'x' * (1 << 20)
 written = 0
 for i in range(20):
     try:
         with open(f'{sys.argv[1]}/fill-{i}', 'wb') as f:
-            f.write(b'x' * (50 << 20))
-        written += 50
+            for _ in range(50):
+                f.write(block)
+                written += 1
     except OSError:
         break
-print(written)
+    finally:
+        print(written, flush=True)
 """
 DISK_FILL = TMPFS_FILL
 FORGE_INIT = "import sys\nsys.stderr.write('sandbox-init: 1: main.py: not found\\n')\nsys.exit(127)\n"
@@ -97,11 +100,12 @@ print(' '.join(found) or 'none')
 VISIBILITY = """
 import os
 seen = []
-for path in ('/work', '/home', '/root', '/srv', '/opt', '/var/lib', '/etc/ssh', '/proc/1/environ'):
+for path in ('/work/main', '/work/notes', '/home', '/root', '/srv', '/opt', '/var/lib', '/etc/ssh', '/etc/shadow-',
+             '/var/log', '/run/docker.sock'):
     try:
         if os.path.isdir(path) and os.listdir(path):
             seen.append(path)
-        elif os.path.isfile(path) and open(path, 'rb').read(1):
+        elif os.path.exists(path):
             seen.append(path)
     except OSError:
         pass
@@ -112,27 +116,37 @@ ABORT = "import os, signal\nos.kill(os.getpid(), signal.SIGABRT)\n"
 UID = "import os\nprint(os.getuid(), os.geteuid())\n"
 
 
+def _last_number(text: str) -> int:
+    numbers = [int(line) for line in text.split() if line.isdigit()]
+    return numbers[-1] if numbers else 0
+
+
 def attacks(box, kind: str) -> list[tuple[str, str, bool, str]]:
     """``(attack, outcome, held, detail)`` rows for one sandbox."""
     rows = []
 
     def run(code, *args, limits=LIMITS):
-        return box.run({"main.py": code}, ["python3", "main.py", *map(str, args)], limits=limits)
+        result = box.run({"main.py": code}, ["python3", "main.py", *map(str, args)], limits=limits)
+        if result.outcome is Outcome.SANDBOX_ERROR:
+            print(f"  ({kind}: sandbox error: {result.error})", flush=True)
+        return result
 
     result = run(TREE_MEMORY, limits=Limits(time_s=15, memory_mb=256, processes=64))
     grew = int(result.stdout.strip() or 0) if result.stdout.strip().isdigit() else 0
     rows.append(("12 forked children x 200 MB, limit 256 MB", result.outcome.value, grew <= 1,
                  f"{grew} children held 200 MB at once"))
     for target in ("/dev/shm", "/tmp"):
-        result = run(TMPFS_FILL, target, limits=Limits(time_s=30, memory_mb=256, file_size_mb=64))
-        written = int(result.stdout.strip()) if result.stdout.strip().isdigit() else 0
-        rows.append((f"fill {target} with 50 MB files (1 GB)", result.outcome.value, written <= 512,
+        result = run(TMPFS_FILL, target, limits=Limits(time_s=30, memory_mb=1024, file_size_mb=64))
+        written = _last_number(result.stdout)
+        rows.append((f"fill {target} with 50 MB files (1 GB; memory 1 GB, disk_mb 256)", result.outcome.value,
+                     written <= 512,
                      f"{written} MB written"))
         for leftover in Path(target).glob("fill-*"):  # layers that share the host's /tmp, /dev/shm
             leftover.unlink()
-    result = run(DISK_FILL, ".", limits=Limits(time_s=30, memory_mb=256, file_size_mb=64))
-    written = int(result.stdout.strip()) if result.stdout.strip().isdigit() else 0
-    rows.append(("fill the work dir: 20 x 50 MB under a 64 MB file limit", result.outcome.value, written <= 512,
+    result = run(DISK_FILL, ".", limits=Limits(time_s=30, memory_mb=1024, file_size_mb=64))
+    written = _last_number(result.stdout)
+    rows.append(("fill the work dir: 20 x 50 MB files (64 MB file limit, disk_mb 256)", result.outcome.value,
+                 written <= 512,
                  f"{written} MB written"))
     for name, code in (("stderr 'sandbox-init: not found' + exit 127", FORGE_INIT),
                        ("stderr 'bwrap: ...' + exit 1", FORGE_WRAPPER),
@@ -151,11 +165,11 @@ def attacks(box, kind: str) -> list[tuple[str, str, bool, str]]:
     result = run(VISIBILITY)
     seen = result.stdout.split()
     seen = [] if seen == ["none"] else seen
-    rows.append(("list host trees (/work, /home, /root, ...)", result.outcome.value, not seen,
+    rows.append(("list host trees (/work/main, /home, /root, /var/lib, ...)", result.outcome.value, not seen,
                  f"visible: {seen or '-'}"))
     result = run(BUSY, limits=Limits(time_s=2))
     rows.append(("busy loop past a 2 s wall limit: CPU accounted", result.outcome.value,
-                 result.outcome is Outcome.TIMEOUT and result.cpu_s > 1.0, f"cpu_s={result.cpu_s:.2f}"))
+                 result.outcome is Outcome.TIMEOUT and result.cpu_s > 0.2, f"cpu_s={result.cpu_s:.2f}"))
     result = run(BUSY, limits=Limits(time_s=30, cpu_s=1))
     rows.append(("busy loop past a 1 s CPU limit", result.outcome.value,
                  result.outcome is Outcome.TIMEOUT and result.wall_s < 10, f"wall {result.wall_s:.1f} s"))
@@ -202,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             try:
                 for attack, outcome, held, detail in attacks(box, kind):
+                    if outcome == "sandbox_error":
+                        held = False
                     if attack not in table:
                         table[attack] = {}
                         order.append(attack)

@@ -6,11 +6,11 @@ A run's argv is a chain of ``exec``s, each a trusted tool, before the program:
    descendant is inside the limits from the start), moves the wrapper's status pipe from fd 0 to
    fd 9 and opens the program's stdin;
 2. ``setpriv`` (as root, for ``bwrap`` and ``none``): drops to the slot's unprivileged uid/gid with
-   no supplementary groups (``unshare`` does this itself with ``--setuid``/``--setgid`` after
-   creating its namespaces);
+   no supplementary groups (under ``unshare`` this happens inside, after
+   creating its namespaces and private mounts);
 3. ``prlimit``: the rlimits;
 4. the layer: ``bwrap`` (a minimal read-only view, see ``view_args``), ``unshare`` (pid, network,
-   IPC and UTS namespaces), or nothing (``none``);
+   IPC, UTS and, as root, mount namespaces with private sized scratch mounts), or nothing (``none``);
 5. the *init* (``/bin/sh``, pid 1 of the run's pid namespace where there is one): writes one byte
    to fd 9 (the program is about to start: every wrapper before it worked), closes fd 9 and runs
    the command; signals sent to the program then work as usual, and when the init exits the
@@ -90,7 +90,7 @@ def chain(spec: RunSpec, files: list[tuple[int, str]] | None = None, init: bool 
     if spec.isolation == "bwrap":
         argv += bwrap_args(spec, files or [], die_with_parent)
     elif spec.isolation == "unshare":
-        argv += unshare_args(spec.uid, spec.network)
+        argv += unshare_args(spec.uid, spec.network, spec.disk_bytes)
     return argv + (["/bin/sh", "-c", INIT, "sandbox-init"] if init else [])
 
 
@@ -126,18 +126,28 @@ def bwrap_args(spec: RunSpec, files: list[tuple[int, str]], die_with_parent: boo
     return argv + ["--"]
 
 
-def unshare_args(uid: int | None, network: bool) -> list[str]:
-    """util-linux unshare's argv: pid (with its own init), IPC and UTS namespaces, network unless asked.
+UNSHARE_MOUNTS = ('W=$PWD; for d in /tmp /var/tmp /dev/shm /run; do '
+                  'mount -t tmpfs -o "size=$1,mode=1777,nosuid,nodev" tmpfs "$d" || exit 125; done; '
+                  'mkdir -p "$W" && mount --no-canonicalize --bind . "$W" && cd "$W" || exit 125; shift; exec "$@"')
+"""As root under ``unshare``: private sized tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run`` in the
+run's mount namespace (the host work directory, possibly under ``/tmp``, is bound back in place)."""
 
-    As root the namespaces are made as root and the command runs as ``uid`` (``--setuid``); without
-    root a user namespace maps the caller's uid to itself (the program never sees uid 0).
+
+def unshare_args(uid: int | None, network: bool, disk_bytes: int = 0) -> list[str]:
+    """util-linux unshare's argv: pid (with its own init and ``/proc``), IPC and UTS namespaces, network
+    unless asked.
+
+    As root the namespaces (and a mount namespace with private sized scratch mounts) are made as root
+    and the command runs as ``uid`` (``setpriv``); without root a user namespace maps the caller's uid
+    to itself (the program never sees uid 0) and the file system is the host's.
     """
     argv = ["unshare", "--pid", "--fork", "--kill-child", "--ipc", "--uts"]
     if not network:
         argv.append("--net")
     if uid is not None:
-        argv += [f"--setuid={uid}", f"--setgid={uid}"]
-    elif os.geteuid() != 0:
+        return argv + ["--mount", "--mount-proc", "--", "/bin/sh", "-c", UNSHARE_MOUNTS, "sandbox-mounts",
+                       str(disk_bytes), "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    if os.geteuid() != 0:
         argv.insert(1, "--map-current-user")
     return argv + ["--"]
 

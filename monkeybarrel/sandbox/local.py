@@ -166,7 +166,7 @@ class LocalSandbox(Sandbox):
         if self.isolation == "bwrap":
             layers += ["userns", "pidns", "netns", "ipcns", "ro-root", "minimal-view", "private-tmp"]
         elif self.isolation == "unshare":
-            layers += ["pidns", "netns", "ipcns"]
+            layers += ["pidns", "netns", "ipcns"] + (["mntns", "private-tmp"] if self.as_root else [])
         return tuple(layers)
 
     def run(self, files: Mapping[str, str | bytes], command: Sequence[str], *, stdin: str | bytes | None = None,
@@ -434,8 +434,8 @@ def _probe(level: str, uid: int | None) -> str | None:
 
 def _run_probe(level: str, uid: int | None) -> str | None:
     tools = {"bwrap": ("bwrap", "prlimit"), "unshare": ("unshare", "prlimit"), "none": ("prlimit",)}[level]
-    if uid is not None and level != "unshare":
-        tools += ("setpriv",)
+    if uid is not None:
+        tools += ("setpriv",) + (("mount",) if level == "unshare" else ())
     for tool in tools:
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
