@@ -22,28 +22,31 @@ from monkeybarrel.sandbox.base import Limits, Outcome
 
 LIMITS = Limits(time_s=8, memory_mb=256, processes=64, file_size_mb=64, output_bytes=1 << 16)
 TREE_MEMORY = """
-import os, sys, time
+import os, select, sys, time
 r, w = os.pipe()
-for _ in range(12):
-    if os.fork() == 0:
+pids = []
+for index in range(12):
+    pid = os.fork()
+    if pid == 0:
         try:
             block = bytearray(200 << 20)
             for i in range(0, len(block), 4096):
                 block[i] = 1
-            os.write(w, b'1')
+            os.write(w, bytes([index]))
             time.sleep(30)
         finally:
             os._exit(0)
+    pids.append(pid)
 os.close(w)
-held, deadline = 0, time.time() + 12
-while held < 12 and time.time() < deadline:
-    import select
+reported, deadline = set(), time.time() + 8
+while len(reported) < 12 and time.time() < deadline:
     if select.select([r], [], [], 0.2)[0]:
         got = os.read(r, 64)
         if not got:
             break
-        held += len(got)
-print(held, flush=True)
+        reported.update(got)
+alive = [i for i in reported if os.waitpid(pids[i], os.WNOHANG) == (0, 0)]
+print(len(alive), flush=True)
 """
 TMPFS_FILL = """
 import sys
@@ -165,8 +168,11 @@ def attacks(box, kind: str) -> list[tuple[str, str, bool, str]]:
     result = run(VISIBILITY)
     seen = result.stdout.split()
     seen = [] if seen == ["none"] else seen
-    rows.append(("list host trees (/work/main, /home, /root, /var/lib, ...)", result.outcome.value, not seen,
-                 f"visible: {seen or '-'}"))
+    host_only = [p for p in seen if p.startswith(("/work/", "/run/docker"))]
+    own_image = kind == "docker"  # a container's /root, /home, /var/lib are the image's, not the host's
+    rows.append(("list host trees (/work/main, /home, /root, /var/lib, ...)", result.outcome.value,
+                 not host_only and (own_image or not seen),
+                 f"visible: {seen or '-'}" + (" (the image's own)" if own_image and seen and not host_only else "")))
     result = run(BUSY, limits=Limits(time_s=2))
     rows.append(("busy loop past a 2 s wall limit: CPU accounted", result.outcome.value,
                  result.outcome is Outcome.TIMEOUT and result.cpu_s > 0.2, f"cpu_s={result.cpu_s:.2f}"))

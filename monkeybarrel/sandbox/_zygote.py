@@ -167,7 +167,9 @@ def child(request: dict, limits: dict, stdin: int, out_w: int, err_w: int) -> No
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
     os.closerange(3, 1 << 16)
-    for name, value in (("RLIMIT_CPU", limits["cpu_seconds"]), ("RLIMIT_AS", limits["memory_bytes"]),
+    cpu = limits["cpu_seconds"]
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the limit, SIGKILL a second later
+    for name, value in (("RLIMIT_AS", limits["memory_bytes"]),
                         ("RLIMIT_NPROC", limits["processes"] + 1), ("RLIMIT_FSIZE", limits["file_size_mb"] << 20),
                         ("RLIMIT_NOFILE", limits["open_files"]), ("RLIMIT_CORE", 0)):
         if value is not None:  # no RLIMIT_AS where the run's memory cgroup bounds the whole tree

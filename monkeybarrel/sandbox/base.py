@@ -53,7 +53,8 @@ class Limits:
 
     Attributes:
         time_s: wall-clock seconds before the whole process tree is killed.
-        cpu_s: CPU seconds per process (RLIMIT_CPU / container CPU); default ``time_s`` rounded up.
+        cpu_s: CPU seconds per process (RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later);
+            default ``time_s`` rounded up.
         memory_mb: memory of the whole process tree, MiB: a memory cgroup (memory+swap) where the host
             allows one (docker always; local as root or with a delegated cgroup), else RLIMIT_AS per process.
         processes: processes/threads the run may have at once (a pids cgroup; else RLIMIT_NPROC per
@@ -238,7 +239,7 @@ def classify(exit_code: int, timed_out: bool, limits: Limits, cpu_s: float | Non
         return Outcome.OK, None
     if exit_code < 0:
         signum = -exit_code
-        cpu_spent = cpu_s is not None and cpu_s >= limits.cpu_seconds * 0.95
+        cpu_spent = cpu_s is not None and cpu_s >= limits.cpu_seconds * 0.9
         if signum == signal.SIGXCPU and (cpu_s is None or cpu_spent) or signum == signal.SIGKILL and cpu_spent:
             return Outcome.TIMEOUT, f"CPU limit of {limits.cpu_seconds} s reached"
         if signum == signal.SIGXFSZ:

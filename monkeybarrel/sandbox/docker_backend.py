@@ -38,7 +38,7 @@ _OUTBOX = "/.sandbox-out"
 _TIMES = _OUTBOX + "/times"
 _INIT = ('cp -R ' + _INBOX + '/. . && rm -f .stdin && "$@" < "$SANDBOX_STDIN"; s=$?; times > ' + _TIMES
          + '; exit $s')
-PROTECTIONS = ("container", "netns", "pidns", "mntns", "user", "cap-drop", "no-new-privileges", "cgroup-memory",
+PROTECTIONS = ("container", "netns", "pidns", "mntns", "ipcns", "user", "cap-drop", "no-new-privileges", "cgroup-memory",
                "cgroup-pids", "cgroup-cpu", "rlimits", "disk-budget", "private-tmp")
 
 
@@ -219,7 +219,7 @@ class DockerSandbox(Sandbox):
             mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m", pids_limit=limits.processes,
             nano_cpus=int(self.cpus * 1e9), tmpfs=tmpfs, shm_size=f"{limits.disk_mb}m",
             storage_opt={"size": f"{limits.disk_mb}m"} if self.storage_quota else None,
-            ulimits=[Ulimit(name="cpu", soft=cpu, hard=cpu), Ulimit(name="fsize", soft=limits.file_size_mb << 20,
+            ulimits=[Ulimit(name="cpu", soft=cpu, hard=cpu + 1), Ulimit(name="fsize", soft=limits.file_size_mb << 20,
                                                                      hard=limits.file_size_mb << 20),
                      Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
                      Ulimit(name="core", soft=0, hard=0)],

@@ -82,7 +82,7 @@ def chain(spec: RunSpec, files: list[tuple[int, str]] | None = None, init: bool 
     if spec.uid is not None and spec.isolation in ("bwrap", "none"):
         argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--"]
     if rlimits:
-        argv += ["prlimit", f"--cpu={spec.cpu_s}", f"--nproc={spec.nproc}", f"--fsize={spec.fsize_bytes}",
+        argv += ["prlimit", f"--cpu={spec.cpu_s}:{spec.cpu_s + 1}", f"--nproc={spec.nproc}", f"--fsize={spec.fsize_bytes}",
                  f"--nofile={spec.nofile}", "--core=0"]
         if spec.memory_bytes is not None:
             argv.append(f"--as={spec.memory_bytes}")
