@@ -346,6 +346,7 @@ CONNECT = ("import socket, sys\ntry:\n    s = socket.create_connection(('127.0.0
 
 
 def test_connecting_to_the_host_is_blocked_without_network(sandbox, listener):
+    needs(sandbox, "netns")
     port, accepted = listener
     result = sandbox.run({"main.py": CONNECT}, ["python3", "main.py", str(port)], limits=LIMITS)
     assert result.outcome is Outcome.OK

@@ -70,6 +70,11 @@ class RunSpec:
     extra_binds: tuple[str, ...] = ()
 
 
+def tool(name: str) -> str:
+    """``name``'s absolute path on the caller's PATH (how a layer is found, or found missing), else ``name``."""
+    return shutil.which(name) or name
+
+
 def gate_argv(spec: RunSpec) -> list[str]:
     return ["/bin/sh", "-c", GATE, "sandbox-gate", *spec.cgroup_procs, "--", spec.stdin_path]
 
@@ -80,9 +85,9 @@ def chain(spec: RunSpec, files: list[tuple[int, str]] | None = None, init: bool 
     A warm slot's server takes no init and no rlimits (each of its runs sets its own)."""
     argv = gate_argv(spec)
     if spec.uid is not None and spec.isolation in ("bwrap", "none"):
-        argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--"]
+        argv += [tool("setpriv"), f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--"]
     if rlimits:
-        argv += ["prlimit", f"--cpu={spec.cpu_s}:{spec.cpu_s + 1}", f"--nproc={spec.nproc}", f"--fsize={spec.fsize_bytes}",
+        argv += [tool("prlimit"), f"--cpu={spec.cpu_s}:{spec.cpu_s + 1}", f"--nproc={spec.nproc}", f"--fsize={spec.fsize_bytes}",
                  f"--nofile={spec.nofile}", "--core=0"]
         if spec.memory_bytes is not None:
             argv.append(f"--as={spec.memory_bytes}")
@@ -101,7 +106,7 @@ def bwrap_args(spec: RunSpec, files: list[tuple[int, str]], die_with_parent: boo
     run, wrong for a warm slot started from a pool thread.
     """
     size = str(spec.disk_bytes)
-    argv = ["bwrap", *view_args(spec.extra_binds), "--proc", "/proc", "--dev", "/dev", "--dir", "/var"]
+    argv = [tool("bwrap"), *view_args(spec.extra_binds), "--proc", "/proc", "--dev", "/dev", "--dir", "/var"]
     for path in SCRATCH:
         argv += ["--size", size, "--tmpfs", path]
     argv += ["--mqueue", "/dev/mqueue", "--size", size, "--perms", "0700", "--tmpfs", WORKDIR]
@@ -141,12 +146,12 @@ def unshare_args(uid: int | None, network: bool, disk_bytes: int = 0) -> list[st
     and the command runs as ``uid`` (``setpriv``); without root a user namespace maps the caller's uid
     to itself (the program never sees uid 0) and the file system is the host's.
     """
-    argv = ["unshare", "--pid", "--fork", "--kill-child", "--ipc", "--uts"]
+    argv = [tool("unshare"), "--pid", "--fork", "--kill-child", "--ipc", "--uts"]
     if not network:
         argv.append("--net")
     if uid is not None:
         return argv + ["--mount", "--mount-proc", "--", "/bin/sh", "-c", UNSHARE_MOUNTS, "sandbox-mounts",
-                       str(disk_bytes), "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+                       str(disk_bytes), tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     if os.geteuid() != 0:
         argv.insert(1, "--map-current-user")
     return argv + ["--"]

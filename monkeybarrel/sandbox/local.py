@@ -51,9 +51,9 @@ _PROBES: dict[tuple[str, bool], str | None] = {}
 _PROBE_LOCK = threading.Lock()
 _GRACE_S = 0.2
 _UID_RANGE = 4096
-_CHAIN_PROCESSES = 3
-"""Processes of the wrapper chain inside a run's pids cgroup besides the program (bwrap's monitor,
-bwrap's child / unshare's parent, the init shell)."""
+_CHAIN_PROCESSES = {"bwrap": 2, "unshare": 2, "none": 1}
+"""Processes of the wrapper chain in a run's pids cgroup besides the program: bwrap's monitor or
+unshare's parent, and the init shell (the gate, setpriv and prlimit ``exec`` into the next one)."""
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1"}
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -251,10 +251,10 @@ class LocalSandbox(Sandbox):
                 copies = []
                 env = {**self.env, "HOME": workdir, "TMPDIR": workdir}
             if group is not None:
-                group.set_limits(limits.memory_mb, limits.processes + _CHAIN_PROCESSES)
+                group.set_limits(limits.memory_mb, limits.processes + _CHAIN_PROCESSES[self.isolation])
                 before = group.counters()
             spec = self._spec(limits, uid, group, f"/proc/self/fd/{stdin_fd}", workdir,
-                              self._extra_binds(command[0]), _CHAIN_PROCESSES)
+                              self._extra_binds(command[0]), _CHAIN_PROCESSES[self.isolation])
             argv = chain(spec, copies) + command
             started = time.perf_counter()
             process = subprocess.Popen(argv, cwd=host_workdir or "/", env=env, stdin=status_w,
@@ -443,8 +443,8 @@ def _run_probe(level: str, uid: int | None) -> str | None:
                    nproc=1 << 16, fsize_bytes=1 << 20, nofile=64, network=False, disk_bytes=1 << 20,
                    workdir=WORKDIR if level == "bwrap" else "/")
     try:
-        done = subprocess.run([*chain(spec), "true"], cwd="/", stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=20)
+        done = subprocess.run([*chain(spec), "true"], cwd="/", env=_ENV, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=20)
         if done.returncode == 0:
             return None
         return done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
