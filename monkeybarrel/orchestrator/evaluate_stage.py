@@ -44,7 +44,12 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
             "uses_labels": info["uses_labels"],
             "type": info["type"],
             "abstained": int((info["chosen"] < 0).sum()),
+            "notes": list(info.get("notes", [])),
         }
+        heldout = info.get("heldout")
+        if heldout is not None and heldout.any():  # fitted on the other problems: not transductive
+            metrics["selection"][name]["heldout"] = {
+                "problems": int(heldout.sum()), "accuracy": selection_accuracy(info["chosen"][heldout], labels)}
     metrics["verifiers"] = verifier_quality(data, labels)
     metrics["scaling_law"] = scaling_laws(data, labels, n_min)
     for generator in sorted(set(data.generator_id.astype(str))):

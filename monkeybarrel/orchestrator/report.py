@@ -28,11 +28,27 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     lines += ["", "coverage: unbiased pass@k = 1 - C(n-c,k)/C(n,k); majority@k: mean over random k-subsets "
               "(exact at k = n); truncated or failed samples do not vote.", ""]
     lines += scaling_law_lines(metrics.get("scaling_law", {}))
+    curves = metrics.get("accuracy_vs_k", {})
+    if curves:
+        lines += ["## Selection accuracy against k", "", "| k | coverage (%) | " + " | ".join(f"{m} (%)" for m in curves) + " |",
+                  "|---:|---:|" + "---:|" * len(curves)]
+        for k in metrics.get("ks", []):
+            lines.append(f"| {k} | {_pct(metrics['coverage'].get(str(k)))} | "
+                         + " | ".join(_pct(curve.get(str(k))) for curve in curves.values()) + " |")
+        lines += ["", "Each selector refitted on random k-subsets of every problem's candidates (the same subsets "
+                  "for all), accuracy averaged; exact at k = n.", ""]
     if plot_name:
-        lines += [f"![coverage and majority accuracy against k]({plot_name})", ""]
+        lines += [f"![coverage and selection accuracy against k]({plot_name})", ""]
     lines += ["## Selection", "", "| method | accuracy (%) | uses labels | abstained |", "|---|---:|:---:|---:|"]
+    notes = []
     for method, info in metrics.get("selection", {}).items():
         lines.append(f"| {method} | {_pct(info['accuracy'])} | {'yes' if info['uses_labels'] else 'no'} | {info['abstained']} |")
+        if info.get("heldout"):
+            notes.append(f"{method}: {_pct(info['heldout']['accuracy'])} % on the {info['heldout']['problems']} "
+                         "problems it was not fitted on")
+        notes += [f"{method}: {note}" for note in info.get("notes", [])]
+    if notes:
+        lines += [""] + [f"- {note}" for note in notes]
     if metrics.get("verifiers"):
         lines += ["", "## Verifiers (against the labels: evaluation only)", "",
                   "| verifier | failed (%) | top-1 accuracy (%) | AUROC |", "|---|---:|---:|---:|"]
@@ -101,7 +117,7 @@ def scaling_law_lines(laws: dict[str, dict[str, float]]) -> list[str]:
 
 
 def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
-    """Coverage and majority@k against k (log2 axis) as a PNG; None when there is nothing to plot."""
+    """Coverage, majority@k and each selector's accuracy against k (log2 axis) as a PNG; None when there is nothing to plot."""
     ks = metrics.get("ks", [])
     if not ks or not metrics.get("coverage"):
         return None
@@ -117,8 +133,13 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     if law and not math.isnan(law["a"]):
         draw_law(ax, np.asarray(ks), law["a"], law["b"], color="C0", k_max=law["k_max"],
                  label=f"fit exp({law['a']:.2f} k^{law['b']:.2f})")
+    curves = metrics.get("accuracy_vs_k", {})
+    colours = plt.get_cmap("tab10").colors
+    for index, (name, curve) in enumerate(curves.items()):  # one colour per selector
+        points = [(k, 100 * curve[str(k)]) for k in ks if str(k) in curve]
+        ax.plot(*zip(*points), ".-", color=colours[(index + 2) % len(colours)], label=name)
     for name, info in metrics.get("selection", {}).items():
-        if not info["uses_labels"] and not name.startswith("random"):
+        if name not in curves and not info["uses_labels"] and not name.startswith("random"):
             ax.axhline(100 * info["accuracy"], linestyle=":", linewidth=1, label=f"{name} (all samples)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
