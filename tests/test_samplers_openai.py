@@ -161,7 +161,7 @@ def test_an_experiment_through_the_server_verifies_selects_and_reports(server: C
 
 
 def test_swebench_chat_llm_talks_to_an_openai_endpoint_through_this_backend(server: ChatServer):
-    from monkeybarrel.kits.swebench.llm import ChatLLM
+    from monkeybarrel.kits.chat import ChatLLM
 
     llm = ChatLLM(backend="openai_compat", model="smollm2-135m-instruct", max_tokens=8, base_url=server.url)
     try:

@@ -55,7 +55,7 @@ class SWEStateMachine(Selector):
         super().fit(data, labels)
         from ..kits.swebench.containers import ContainerPool
         from ..kits.swebench.diffs import MalformedPatch, is_trivial, normalize_patch
-        from ..kits.swebench.llm import ChatLLM
+        from ..kits.chat import ChatLLM
         from ..kits.swebench.schema import load_instances
         from ..kits.swebench.state_machine import SelectionJob, SelectionStateMachine, barrel_of_monkeys
         from ..kits.swebench.voting import rank_candidates

@@ -26,7 +26,7 @@ class SWETestVotes(Verifier):
     Args:
         name: score column.
         backend, model, temperature, max_tokens, base_url, sampler_options: the test-writing LLM
-            (see ``monkeybarrel.kits.swebench.llm.ChatLLM``).
+            (see ``monkeybarrel.kits.chat.ChatLLM``).
         num_tests: tests written per problem.
         timeout_s: limit per test run.
         max_workers: containers at once.
@@ -42,7 +42,7 @@ class SWETestVotes(Verifier):
                  max_workers: int = 2, cache_dir: str | None = None, artifacts_dir: str | None = None,
                  context_chars: int = 1500, seed: int = 0) -> None:
         super().__init__(name)
-        from ..kits.swebench.llm import ChatLLM
+        from ..kits.chat import ChatLLM
         from ..kits.swebench.containers import DEFAULT_CACHE
 
         self.llm = ChatLLM(backend=backend, model=model, temperature=temperature, max_tokens=max_tokens,
