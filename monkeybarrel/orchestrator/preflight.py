@@ -16,6 +16,7 @@ from ..core.records import Problem
 from ..samplers.base import SAMPLERS
 from ..selection.base import SELECTORS
 from ..tasks.base import Task
+from ..tasks.files import TaskDataError
 from ..verifiers.base import VERIFIERS
 
 LOCAL_BACKENDS = ("embedded", "vllm")
@@ -35,6 +36,9 @@ def preflight(config: ExperimentConfig, *, reach_servers: bool = True) -> tuple[
 
     task = build_task(config)
     problems = task.load()
+    if not problems:
+        where = f" ({config.task.path})" if config.task.path else ""
+        raise TaskDataError(f"task.name {config.task.name!r}{where}: no problems; the dataset is empty")
     for index, spec in enumerate(config.generators):
         sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
         try:

@@ -2,7 +2,7 @@
 
 No external files or network: the coverage plot is inlined (base64 PNG), the data is a JSON block,
 and a small script renders the per-problem table (filter: all / correct / incorrect / disagreement,
-by a chosen selector; search by id) and, on click, the problem's candidates with answer, label,
+by a chosen selector; search by id; deep links ``#filter=incorrect&method=majority&problem=ID``) and, on click, the problem's candidates with answer, label,
 verifier scores, which selectors picked it, and the text. Text is inserted with ``textContent``
 (never as HTML), so candidate output cannot inject markup. For very large experiments the
 drill-down holds the first ``max_problems`` problems and texts are cut at ``max_text`` characters
@@ -142,7 +142,15 @@ function toggle(tr, p) {
   }
   td.appendChild(t); d.appendChild(td); tr.after(d);
 }
+// Deep links: report.html#filter=incorrect&method=majority&problem=ID opens that view.
+const hash = new URLSearchParams(location.hash.slice(1));
+if (hash.get('method') && data.methods.includes(hash.get('method'))) { method = sel.value = hash.get('method'); }
+if (hash.get('filter')) { const b = document.querySelector(`.controls button[data-filter="${hash.get('filter')}"]`); if (b) b.click(); }
 render();
+if (hash.get('problem')) {
+  const tr = [...document.querySelectorAll('#rows tr.problem')].find(r => r.dataset.id === hash.get('problem'));
+  if (tr) { tr.click(); tr.scrollIntoView(); }
+}
 """
 
 _PAGE = """<!doctype html>
