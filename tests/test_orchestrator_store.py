@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import yaml
@@ -21,6 +23,7 @@ from monkeybarrel.orchestrator.compat import ConfigConflictError
 from monkeybarrel.orchestrator.runner import run_experiment
 from monkeybarrel.orchestrator.store import ExperimentStore, StoreError
 from monkeybarrel.tasks.files import TaskDataError
+from monkeybarrel.verifiers.base import VERIFIERS, Verifier
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -238,3 +241,74 @@ def test_new_samples_rescore_whole_problem_verifiers_and_the_newest_scores_win(t
     assert scores("freq") == {0: 0.5, 1: 0.5, 2: 0.25, 3: 0.25}
     assert store.scores("freq").num_rows == 4 and store.scores("has").num_rows == 4
     assert run_verify_stage(store, config, problems, show_progress=False) == {}   # nothing left to do
+
+
+@VERIFIERS.register("test_interrupting")
+class _InterruptingVerifier(Verifier):
+    """Scores 1.0 and, on its ``after``-th problem, behaves as if the user pressed Ctrl-C."""
+
+    def __init__(self, name: str, after: int = 2) -> None:
+        super().__init__(name)
+        self.after, self.calls = after, 0
+
+    def score(self, problem, candidates):
+        self.calls += 1
+        if self.calls > self.after:
+            raise KeyboardInterrupt
+        return np.ones(len(candidates))
+
+
+def _prestored(directory: Path, problems: int, samples: int) -> None:
+    """Candidates under tiny_config's keys, so a run samples nothing (no model needed)."""
+    store = ExperimentStore(directory)
+    for p in range(problems):
+        store.append_chunk("candidates", pa.Table.from_pylist([
+            {"problem_id": f"arithmetic-d1-{p:05d}", "generator_id": "smol", "sample_index": i,
+             "text": f"The answer is {i}.", "prompt_tokens": 3, "completion_tokens": 5, "finish_reason": "stop",
+             "wall_time_s": 0.1, "seed": 0, "error": None} for i in range(samples)], schema=CANDIDATE_SCHEMA))
+
+
+def test_ctrl_c_during_verify_keeps_every_finished_score(tmp_path: Path, capsys):
+    from monkeybarrel.orchestrator.cli import main
+
+    out = tmp_path / "run"
+    _prestored(out, problems=5, samples=2)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(problems=5, samples=2, verifiers=[
+        {"name": "has", "type": "has_answer"}, {"name": "stop", "type": "test_interrupting", "options": {"after": 3}}])))
+    assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 130
+    assert "every finished candidate and score is stored" in capsys.readouterr().err
+    store = ExperimentStore(out)
+    assert store.scores("has").num_rows == 10                  # the verifier before finished and is kept
+    assert store.scores("stop").num_rows == 6                  # 3 finished problems x 2, written on Ctrl-C
+    assert store.candidates().num_rows == 10 and not store.temporaries()
+
+
+def test_runtime_options_never_block_and_a_changed_verifier_rescores_alone(tmp_path: Path):
+    out = tmp_path / "run"
+    _prestored(out, problems=2, samples=2)
+    verifiers = [{"name": "has", "type": "has_answer"}, {"name": "len", "type": "length", "options": {"prefer": "shorter"}}]
+    run_experiment(ExperimentConfig.from_dict(tiny_config(problems=2, samples=2, verifiers=verifiers)), out,
+                   show_progress=False)
+    candidates, has = _digest(out / "candidates"), _digest(out / "scores" / "has")
+
+    faster = tiny_config(problems=2, samples=2, verifiers=verifiers)
+    faster["generators"][0]["options"] = {"num_threads": 2, "max_batch": 7}    # runtime-only: no conflict
+    faster["store"] = {"chunk_rows": 5, "flush_seconds": 1}
+    run_experiment(ExperimentConfig.from_dict(faster), out, show_progress=False)
+
+    longer = [verifiers[0], {"name": "len", "type": "length", "options": {"prefer": "longer"}}]
+    before = ExperimentStore(out).scores("len").column("score").to_pylist()
+    run_experiment(ExperimentConfig.from_dict(tiny_config(problems=2, samples=2, verifiers=longer)), out,
+                   show_progress=False)
+    after = ExperimentStore(out).scores("len").column("score").to_pylist()
+    assert after != before and len(after) == 4                 # re-scored with the new options
+    assert _digest(out / "candidates") == candidates and _digest(out / "scores" / "has") == has
+
+    manifest = json.loads((out / "manifest.json").read_text())  # a verifier that never stored anything
+    manifest["result_inputs"]["verifiers[name=judge]"] = {"name": "judge", "type": "weavr", "options": {}}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    fixed = [*longer, {"name": "judge", "type": "has_answer"}]
+    run_experiment(ExperimentConfig.from_dict(tiny_config(problems=2, samples=2, verifiers=fixed)), out,
+                   show_progress=False)
+    assert ExperimentStore(out).scores("judge").num_rows == 4
