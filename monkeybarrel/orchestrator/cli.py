@@ -1,4 +1,4 @@
-"""Command line: ``monkeybarrel run | demo | report | validate | show | compare | export | store``.
+"""Command line: ``monkeybarrel run | demo | report | validate | show | compare | export | store | reproduce``.
 
 Every user-facing error (config, data, store, I/O, encoding, missing model, unreachable server)
 exits with status 2 and one message naming the file or key; Ctrl-C exits 130 after the stages
@@ -19,8 +19,8 @@ from rich.table import Table
 
 from ..core.config import ConfigError, ExperimentConfig
 from ..core.registry import UnknownNameError
-from ..tasks.files import TaskDataError
-from .compat import ConfigConflictError
+from ..core.files import TaskDataError
+from .config_guard import ConfigConflictError
 from .report import pct, percent
 from .store import StoreError
 
@@ -85,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     store = sub.add_parser("store", help="check, repair or compact a store")
     store.add_argument("action", choices=["check", "repair", "compact"])
     store.add_argument("directory", type=Path)
+
+    reproduce = sub.add_parser("reproduce", help="a paper's table beside ours, on the paper's released data")
+    reproduce.add_argument("recipe", help="recipe name, or `list`")
+    reproduce.add_argument("--data", default=None, help="local copy of the released data (default: load from the hub)")
+    reproduce.add_argument("--out", type=Path, default=None, help="output directory (default: runs/reproduce/<recipe>)")
     return parser
 
 
@@ -140,6 +145,10 @@ def _run_command(args: argparse.Namespace) -> int:
     from .show import show
     from .store_maintenance import check, compact, repair
 
+    if args.command == "reproduce":
+        from ..experiments.reproduce.command import reproduce
+
+        return reproduce(args.recipe, args.data, args.out, console)
     if args.command == "validate":
         config = ExperimentConfig.from_yaml(args.config)
         _, problems = preflight(config)

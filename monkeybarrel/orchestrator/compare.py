@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core.intervals import DEFAULT_RESAMPLES, bootstrap_means, paired_difference_ci, percentile_interval
 from ..core.metrics import pass_at_k
-from .compat import changed_keys
+from .config_guard import changed_keys
 from .drilldown import Drilldown
 from .experiment import Experiment
 

@@ -18,7 +18,8 @@ import numpy as np
 from ..core.config import ExperimentConfig
 from ..core.groups import group_argmax, group_sizes, group_sum
 from ..core.intervals import DEFAULT_RESAMPLES, LEVEL, bootstrap_ci
-from ..core.metrics import coverage_per_problem, default_ks, majority_per_problem, selection_hits
+from ..core.metrics import coverage_per_problem, default_ks, majority_per_problem, selection_accuracy, selection_hits
+from ..core.scaling_laws import coverage_at_k, fit_coverage_law, log_spaced_ks
 from ..core.selection_data import SelectionData
 
 
@@ -47,6 +48,7 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
         "selection": {},
         "per_generator": {},
         "verifiers": {},
+        "scaling_law": {},
         "intervals": {"method": "percentile bootstrap over problems", "level": LEVEL,
                       "resamples": DEFAULT_RESAMPLES, "seed": config.seed},
     }
@@ -54,7 +56,12 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
         return metrics
     for name, info in selections.items():
         metrics["selection"][name] = {"accuracy": None, "ci95": None, "uses_labels": info["uses_labels"],
-                                      "type": info["type"], "abstained": int((info["chosen"] < 0).sum())}
+                                      "type": info["type"], "abstained": int((info["chosen"] < 0).sum()),
+                                      "notes": list(info.get("notes", []))}
+        heldout = info.get("heldout")
+        if heldout is not None and heldout.any() and n_labelled:  # fitted on the other problems: not transductive
+            metrics["selection"][name]["heldout"] = {
+                "problems": int(heldout.sum()), "accuracy": selection_accuracy(info["chosen"][heldout], labels)}
     if n_labelled == 0:  # no ground truth: nothing to score against (not 0 %)
         metrics["coverage"] = metrics["majority"] = {str(k): None for k in ks}
         return metrics
@@ -90,6 +97,7 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
     for name, info in quality.items():
         columns[("verifiers", name, "top1_accuracy")] = info.pop("top1_hits")
     metrics["verifiers"] = quality
+    metrics["scaling_law"] = scaling_laws(data, labels, n_min)
 
     keys = list(columns)
     matrix = np.stack([columns[key] for key in keys], axis=1)
@@ -163,3 +171,28 @@ def verifier_quality(data: SelectionData, labels: np.ndarray) -> dict[str, dict[
             "auroc": float(roc_auc_score(labels[finite], scores[finite])) if both_classes else None,
         }
     return quality
+
+
+LAW_TARGETS = (0.5, 0.9, 0.99)
+"""Coverage levels for which ``metrics.json`` reports the samples the fitted law needs."""
+
+
+def scaling_laws(data: SelectionData, labels: np.ndarray, k_max: int) -> dict[str, dict[str, float]]:
+    """``c(k) = exp(a k^b)`` fitted to the coverage curve of all candidates and of each generator (on
+    k = 1..``k_max`` evenly spaced in log k), with the samples each needs for ``LAW_TARGETS`` coverage;
+    ``{}`` when fewer than two samples per problem."""
+    if k_max < 2:
+        return {}
+    generators = data.generator_id.astype(str)
+    names = ["all", *sorted(set(generators))] if len(set(generators)) > 1 else ["all"]
+    n = np.zeros((len(names), data.n_problems))
+    c = np.zeros_like(n)
+    for m, name in enumerate(names):
+        rows = np.ones(labels.size, bool) if name == "all" else generators == name
+        n[m] = group_sizes(data.groups[rows], data.n_problems)
+        c[m] = group_sum(labels[rows].astype(np.float64), data.groups[rows], data.n_problems)
+    ks = log_spaced_ks(k_max)
+    law = fit_coverage_law(ks, coverage_at_k(n, c, ks))
+    needed = {t: law.samples_for(t) for t in LAW_TARGETS}
+    return {name: {**law.row(m), **{f"samples_for_{t}": float(needed[t][m]) for t in LAW_TARGETS}}
+            for m, name in enumerate(names)}

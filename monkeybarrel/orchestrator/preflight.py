@@ -10,19 +10,26 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.config import ConfigError, ExperimentConfig
+from ..core.files import TaskDataError
 from ..core.models import model_problem
 from ..core.plugins import build_plugin
 from ..core.records import Problem
-from ..samplers.base import SAMPLERS
+from ..core.sampling import SAMPLERS
 from ..selection.base import SELECTORS
-from ..tasks.base import Task
-from ..tasks.files import TaskDataError
+from ..tasks.base import TASKS, Task
 from ..verifiers.base import VERIFIERS
 
 LOCAL_BACKENDS = ("embedded", "vllm")
 """Sampler backends that load ``model`` on this machine."""
 REMOTE_VERIFIERS = ("openai_judge",)
 """Verifier types whose ``model`` option names a model on a server."""
+
+
+def build_task(config: ExperimentConfig) -> Task:
+    """The configured task (errors name ``task`` keys)."""
+    spec = config.task
+    return build_plugin(TASKS, spec.name, "task", path=spec.path, split=spec.split,
+                        num_problems=spec.num_problems, seed=config.seed, **spec.options)
 
 
 def preflight(config: ExperimentConfig, *, reach_servers: bool = True) -> tuple[Task, list[Problem]]:
@@ -32,8 +39,6 @@ def preflight(config: ExperimentConfig, *, reach_servers: bool = True) -> tuple[
         ConfigError: naming the key (``generators[0].model``, ``verifiers[1].options.model``, ...).
         TaskDataError: the task's data file is unreadable or malformed (file:line).
     """
-    from .runner import build_task  # the runner imports this module
-
     task = build_task(config)
     problems = task.load()
     if not problems:

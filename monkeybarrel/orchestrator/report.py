@@ -6,6 +6,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from .coverage_plot import draw_law
+
 
 def pct(value: float | None, interval: list | None = None) -> str:
     """A share as a percentage with enough digits (0.02, not 0.0), and its 95% interval when given."""
@@ -48,12 +52,29 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     lines += ["", "coverage: unbiased pass@k = 1 - C(n-c,k)/C(n,k); majority@k: mean over random k-subsets "
               "(exact at k = n); truncated or failed samples do not vote. random (pass@1): the exact expected "
               "accuracy of a uniformly random pick (mean of correct / samples), not one draw.", ""]
+    lines += scaling_law_lines(metrics.get("scaling_law", {}))
+    curves = metrics.get("accuracy_vs_k", {})
+    if curves:
+        lines += ["## Selection accuracy against k", "", "| k | coverage (%) | " + " | ".join(f"{m} (%)" for m in curves) + " |",
+                  "|---:|---:|" + "---:|" * len(curves)]
+        for k in metrics.get("ks", []):
+            lines.append(f"| {k} | {_pct(metrics['coverage'].get(str(k)))} | "
+                         + " | ".join(_pct(curve.get(str(k))) for curve in curves.values()) + " |")
+        lines += ["", "Each selector refitted on random k-subsets of every problem's candidates (the same subsets "
+                  "for all), accuracy averaged; exact at k = n.", ""]
     if plot_name:
-        lines += [f"![coverage and majority accuracy against k]({plot_name})", ""]
+        lines += [f"![coverage and selection accuracy against k]({plot_name})", ""]
     lines += ["## Selection", "", "| method | accuracy (%) | uses labels | abstained |", "|---|---:|:---:|---:|"]
+    notes = []
     for method, info in metrics.get("selection", {}).items():
         lines.append(f"| {method} | {_pct(info['accuracy'], info.get('ci95'))} | {'yes' if info['uses_labels'] else 'no'} | "
                      f"{info['abstained']} |")
+        if info.get("heldout"):
+            notes.append(f"{method}: {_pct(info['heldout']['accuracy'])} % on the {info['heldout']['problems']} "
+                         "problems it was not fitted on")
+        notes += [f"{method}: {note}" for note in info.get("notes", [])]
+    if notes:
+        lines += [""] + [f"- {note}" for note in notes]
     if metrics.get("verifiers"):
         lines += ["", "## Verifiers (against the labels: evaluation only)", "",
                   "| verifier | failed (%) | top-1 accuracy (%) | AUROC |", "|---|---:|---:|---:|"]
@@ -99,8 +120,38 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     return "\n".join(lines) + "\n"
 
 
+def _fitted(law: dict | None) -> bool:
+    """A fitted law (its ``a`` is a number: NaN in memory, null once read back from metrics.json)."""
+    return bool(law) and law.get("a") is not None and not math.isnan(law["a"])
+
+
+def _samples(value: float) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    return "never" if math.isinf(value) else f"{value:,.0f}"
+
+
+def scaling_law_lines(laws: dict[str, dict[str, float]]) -> list[str]:
+    """The "Coverage scaling law" section: a, b, fit error and samples for 50/90/99 % per curve."""
+    fitted = {name: law for name, law in laws.items() if _fitted(law)}
+    if not fitted:
+        return []
+    targets = sorted(float(key.split("_")[-1]) for key in next(iter(fitted.values())) if key.startswith("samples_for_"))
+    lines = ["## Coverage scaling law", "",
+             "| curve | a | b | fit error (mean ± std) | " + " | ".join(f"k for {100 * t:g}%" for t in targets) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len(targets)]
+    for name, law in fitted.items():
+        lines.append(f"| {name} | {law['a']:.3f} | {law['b']:.3f} | {law['error_mean']:.4f} ± {law['error_std']:.4f} | "
+                     + " | ".join(_samples(law[f'samples_for_{t}']) for t in targets) + " |")
+    k_max = max(law["k_max"] for law in fitted.values())
+    lines += ["", f"c(k) = exp(a k^b) (Large Language Monkeys, Eq. 3) fitted to log coverage on k = 1..{k_max:g} "
+              "(evenly spaced in log k); fit error = |coverage - fit| over those points; k beyond "
+              f"{k_max:g} is a forecast.", ""]
+    return lines
+
+
 def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
-    """Coverage and majority@k against k (log2 axis) as a PNG; None when there is nothing to plot."""
+    """Coverage, majority@k and each selector's accuracy against k (log2 axis) as a PNG; None when there is nothing to plot."""
     ks = metrics.get("ks", [])
     if not ks or not any(v is not None for v in metrics.get("coverage", {}).values()):
         return None
@@ -110,16 +161,31 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    colours = iter(f"C{i}" for i in range(100))
-    _curve(ax, ks, metrics["coverage"], metrics.get("coverage_ci95"), "o-", "coverage (pass@k)", next(colours))
-    _curve(ax, ks, metrics["majority"], metrics.get("majority_ci95"), "s-", "majority@k", next(colours))
+    colours = iter(f"C{i % 10}" for i in range(1000))
+    _curve(ax, ks, metrics["coverage"], metrics.get("coverage_ci95"), "o-", "coverage (pass@k)", "C0")
+    _curve(ax, ks, metrics["majority"], metrics.get("majority_ci95"), "s-", "majority@k", "C1")
+    laws = metrics.get("scaling_law", {})
+    if _fitted(laws.get("all")):
+        law = laws["all"]
+        draw_law(ax, np.asarray(ks), law["a"], law["b"], color="C0", k_max=law["k_max"],
+                 label=f"fit exp({law['a']:.2f} k^{law['b']:.2f})")
+    next(colours), next(colours)
     generators = metrics.get("per_generator", {})
-    if len(generators) > 1:
+    if len(generators) > 1:  # each generator's own coverage curve and, when fitted, its law
         for generator, info in generators.items():
+            colour = next(colours)
             gen_ks = [k for k in ks if info["coverage"].get(str(k)) is not None]
-            _curve(ax, gen_ks, info["coverage"], None, ".--", f"coverage {generator}", next(colours), linewidth=1)
+            _curve(ax, gen_ks, info["coverage"], None, "^-", f"coverage {generator}", colour, linewidth=1, markersize=3)
+            if _fitted(laws.get(generator)):
+                law = laws[generator]
+                draw_law(ax, np.asarray(ks), law["a"], law["b"], color=colour, k_max=law["k_max"])
+    curves = metrics.get("accuracy_vs_k", {})
+    for name, curve in curves.items():  # one colour per selector
+        points = [(k, 100 * curve[str(k)]) for k in ks if curve.get(str(k)) is not None]
+        if points:
+            ax.plot(*zip(*points), ".-", color=next(colours), label=name)
     for name, info in metrics.get("selection", {}).items():
-        if not info["uses_labels"] and info.get("accuracy") is not None:
+        if name not in curves and not info["uses_labels"] and info.get("accuracy") is not None:
             colour = next(colours)
             ax.axhline(100 * info["accuracy"], color=colour, linestyle=":", linewidth=1.2,
                        label=f"{name} (expected)" if info.get("type") == "random" else f"{name} (all samples)")

@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import ExperimentConfig
-from ..core.plugins import build_plugin
 from ..core.records import Problem, problems_from_table, problems_to_table
-from ..tasks.base import TASKS, Task
-from .compat import ConfigConflictError, changed_sections, result_inputs, stored_sections
+from ..tasks.base import Task
+from .accuracy_vs_k import accuracy_vs_k
+from .config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
 from .evaluate_stage import evaluate, to_json
 from .experiment import Experiment
 from .label_stage import run_label_stage
 from .lock import RunLock
-from .preflight import preflight
 from .manifest import new_manifest, now, package_versions
+from .preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
 from .report import plot_curves, render_markdown
 from .report_html import write_html
 from .sample_stage import gpu_summary, run_sample_stage, sum_over_runs, token_summary
@@ -27,13 +27,6 @@ from .store_maintenance import compact_if_fragmented
 from .verify_stage import run_verify_stage
 
 log = logging.getLogger("monkeybarrel")
-
-
-def build_task(config: ExperimentConfig) -> Task:
-    """The configured task (errors name ``task`` keys)."""
-    spec = config.task
-    return build_plugin(TASKS, spec.name, "task", path=spec.path, split=spec.split,
-                        num_problems=spec.num_problems, seed=config.seed, **spec.options)
 
 
 def open_store(config: ExperimentConfig, out_dir: str | Path, force: bool = False) -> tuple[ExperimentStore, dict[str, Any]]:
@@ -160,6 +153,7 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
     selections, info = run_select_stage(config, data, labels)
     store.write_table("selections", selections)
     metrics = evaluate(config, data, labels, info, labelled)
+    metrics["accuracy_vs_k"] = accuracy_vs_k(config, data, labels, metrics["ks"]) if metrics["labelled_candidates"] else {}
     manifest = store.read_manifest() if manifest is None else manifest
     costs = manifest.setdefault("costs", {})
     costs["generators"] = token_summary(experiment.candidates())
