@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from ..core.records import CANDIDATE_KEY
-from .experiment import Experiment, _align
+from .experiment import Experiment
 
 
 @dataclass
@@ -44,24 +45,27 @@ class Drilldown:
 
     @classmethod
     def load(cls, experiment: Experiment) -> "Drilldown":
-        candidates = experiment.candidates()
-        keys = candidates.select(list(CANDIDATE_KEY))
+        """Columnar: one join for the picks, no Python loop over candidates."""
+        candidates = experiment.candidates()  # sorted by key: each problem's rows are contiguous
         scores, verifiers, _ = experiment.scores()
-        answers = _align(keys, experiment.answers(), "answer", fill=None)
-        labels = experiment.labels()
-        correct = _align(keys, labels, "correct", fill=None) if labels.num_rows else np.full(keys.num_rows, None, object)
-        problem_ids = np.asarray(keys.column("problem_id").to_pylist(), dtype=object)
-        order = np.argsort(problem_ids, kind="stable")
-        unique, starts = np.unique(problem_ids[order], return_index=True)
-        rows_of = dict(zip(unique.tolist(), np.split(order, starts[1:]))) if unique.size else {}
-        row_of_key = {key: row for row, key in enumerate(zip(problem_ids.tolist(), keys.column("generator_id").to_pylist(),
-                                                              keys.column("sample_index").to_pylist()))}
+        answers = experiment.answers_array()
+        correct, labelled = experiment.labels_and_mask()
+        correct = np.where(labelled, correct, None).astype(object)
+        problem_ids = np.asarray(candidates.column("problem_id").to_numpy(zero_copy_only=False), dtype=object)
+        starts = np.flatnonzero(np.r_[True, problem_ids[1:] != problem_ids[:-1]]) if problem_ids.size else np.zeros(0, int)
+        bounds = np.r_[starts, problem_ids.size]
+        rows_of = {problem_ids[first]: np.arange(first, last) for first, last in zip(bounds[:-1], bounds[1:])}
         picks: dict[str, dict[str, int]] = {}
         selections = experiment.selections()
-        if selections is not None:
-            for method, pid, gid, index in zip(*(selections.column(c).to_pylist() for c in
-                                                 ("method", "problem_id", "generator_id", "sample_index"))):
-                picks.setdefault(method, {})[pid] = row_of_key.get((pid, gid, index), -1) if gid is not None else -1
+        if selections is not None and selections.num_rows:
+            keys = candidates.select(list(CANDIDATE_KEY)).append_column("__row", pa.array(np.arange(candidates.num_rows)))
+            joined = selections.select(["method", *CANDIDATE_KEY]).join(keys, keys=list(CANDIDATE_KEY), join_type="left outer")
+            rows = pa.compute.fill_null(joined.column("__row"), -1).to_numpy(zero_copy_only=False)
+            for method, pid, row in zip(joined.column("method").to_pylist(), joined.column("problem_id").to_pylist(),
+                                        rows.tolist()):
+                picks.setdefault(method, {})[pid] = row
+            order = list(dict.fromkeys(selections.column("method").to_pylist()))
+            picks = {m: picks[m] for m in order if m in picks}
         metrics = experiment.metrics().get("selection", {})
         uses_labels = {m: bool(metrics.get(m, {}).get("uses_labels", m.startswith("oracle"))) for m in picks}
         problems = {p.problem_id: p for p in experiment.problems()}

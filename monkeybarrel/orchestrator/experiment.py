@@ -31,6 +31,7 @@ class Experiment:
         self.store = ExperimentStore(directory)
         self.config = ExperimentConfig.from_yaml(self.store.config_path)
         self._candidates: pa.Table | None = None
+        self._memo: dict[str, Any] = {}  # aligned arrays, computed once per handle
 
     @property
     def directory(self) -> Path:
@@ -55,9 +56,15 @@ class Experiment:
     def refresh(self) -> None:
         """Forget cached tables (after the store changed)."""
         self._candidates = None
+        self._memo.clear()
 
     def scores(self) -> tuple[np.ndarray, tuple[str, ...], pa.Table]:
         """``[n, m]`` scores aligned with ``candidates()`` for the configured verifiers, their names, failures."""
+        if "scores" not in self._memo:
+            self._memo["scores"] = self._read_scores()
+        return self._memo["scores"]
+
+    def _read_scores(self) -> tuple[np.ndarray, tuple[str, ...], pa.Table]:
         keys = self.candidates().select(list(CANDIDATE_KEY))
         names = tuple(v.name for v in self.config.verifiers)
         matrix = np.full((keys.num_rows, len(names)), np.nan)
@@ -84,11 +91,18 @@ class Experiment:
         candidates = self.candidates()
         keys = candidates.select(list(CANDIDATE_KEY))
         matrix, names, _ = self.scores()
-        answers = _align(keys, self.answers(), "answer", fill=None)
+        answers = self.answers_array()
         problem_texts = {p.problem_id: p.prompt or (p.messages[-1]["content"] if p.messages else "")
                          for p in self.problems()}
         return SelectionData.build(keys, matrix, names, answers, texts=candidates.column("text").to_pylist(),
                                    problem_texts=problem_texts)
+
+    def answers_array(self) -> np.ndarray:
+        """``[n]`` object canonical answers aligned with ``candidates()`` (None = no answer)."""
+        if "answers" not in self._memo:
+            keys = self.candidates().select(list(CANDIDATE_KEY))
+            self._memo["answers"] = _align(keys, self.answers(), "answer", fill=None)
+        return self._memo["answers"]
 
     def labels_array(self) -> np.ndarray:
         """``[n]`` bool correctness aligned with ``candidates()`` (ground truth: evaluation only; False where unlabelled)."""
@@ -96,13 +110,16 @@ class Experiment:
 
     def labels_and_mask(self) -> tuple[np.ndarray, np.ndarray]:
         """``([n] bool correct, [n] bool labelled)`` aligned with ``candidates()``."""
-        keys = self.candidates().select(list(CANDIDATE_KEY))
-        labels = self.labels()
-        if labels.num_rows == 0:
-            return np.zeros(keys.num_rows, bool), np.zeros(keys.num_rows, bool)
-        values = _align(keys, labels.append_column("__labelled", pa.array(np.ones(labels.num_rows, bool))),
-                        ["correct", "__labelled"], fill=False)
-        return values[0].astype(bool), values[1].astype(bool)
+        if "labels" not in self._memo:
+            keys = self.candidates().select(list(CANDIDATE_KEY))
+            labels = self.labels()
+            if labels.num_rows == 0:
+                self._memo["labels"] = np.zeros(keys.num_rows, bool), np.zeros(keys.num_rows, bool)
+            else:
+                values = _align(keys, labels.append_column("__labelled", pa.array(np.ones(labels.num_rows, bool))),
+                                ["correct", "__labelled"], fill=False)
+                self._memo["labels"] = values[0].astype(bool), values[1].astype(bool)
+        return self._memo["labels"]
 
     def selections(self) -> pa.Table | None:
         return self.store.read_table("selections")

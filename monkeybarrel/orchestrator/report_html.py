@@ -5,7 +5,8 @@ and a small script renders the per-problem table (filter: all / correct / incorr
 by a chosen selector; search by id; deep links ``#filter=incorrect&method=majority&problem=ID``) and, on click, the problem's candidates with answer, label,
 verifier scores, which selectors picked it, and the text. Text is inserted with ``textContent``
 (never as HTML), so candidate output cannot inject markup. For very large experiments the
-drill-down holds the first ``max_problems`` problems and texts are cut at ``max_text`` characters
+drill-down holds the first problems up to ``max_problems`` problems and ``max_candidates``
+candidates, and texts are cut at ``max_text`` characters
 (the page says so); the metric tables always cover everything.
 """
 
@@ -48,14 +49,17 @@ def _metric_tables(metrics: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def render_html(experiment: Experiment, metrics: dict[str, Any] | None = None, max_problems: int = 2000,
-                max_text: int = 4000) -> str:
+def render_html(experiment: Experiment, metrics: dict[str, Any] | None = None, max_problems: int = 1000,
+                max_candidates: int = 20_000, max_text: int = 2000) -> str:
     """The page as a string (see the module docstring)."""
     metrics = experiment.metrics() if metrics is None else metrics
     view = Drilldown.load(experiment)
     ids = view.problem_ids()
-    problems = []
+    problems, budget = [], max_candidates
     for pid in ids[:max_problems]:
+        if view.rows_of[pid].size > budget:
+            break
+        budget -= view.rows_of[pid].size
         summary = view.summary(pid)
         summary["candidates"] = view.candidate_rows(pid, max_text=max_text)
         problems.append(summary)
@@ -66,8 +70,9 @@ def render_html(experiment: Experiment, metrics: dict[str, Any] | None = None, m
     image = (f'<img alt="coverage and accuracy against k" src="data:image/png;base64,'
              f'{base64.b64encode(plot.read_bytes()).decode()}">' if plot.is_file() else "")
     title = html.escape(experiment.config.name)
-    capped = (f"<p class=warn>Drill-down shows the first {max_problems} of {len(ids)} problems; "
-              "<code>monkeybarrel show DIR --problem ID</code> shows any.</p>" if len(ids) > max_problems else "")
+    capped = (f"<p class=warn>Drill-down shows the first {len(problems)} of {len(ids)} problems (at most "
+              f"{max_problems} problems and {max_candidates:,} candidates per page); "
+              "<code>monkeybarrel show DIR --problem ID</code> shows any.</p>" if len(problems) < len(ids) else "")
     return _PAGE.format(title=title, n_problems=metrics.get("n_problems", len(ids)),
                         n_candidates=metrics.get("n_candidates", 0), tables=_metric_tables(metrics), image=image,
                         capped=capped, data=blob, script=_SCRIPT, style=_STYLE)
