@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .base import SANDBOXES, ExecutionResult, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path, classify
-from .cgroups import CgroupTree, CgroupUnavailable, Counters, RunGroup
-from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, STATUS_FD, WORKDIR, RunSpec, bwrap_args, chain,
+from .cgroups import CgroupTree, CgroupUnavailable, RunGroup, kill_until_gone
+from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, STATUS_FD, WORKDIR, RunSpec, chain,
                      interpreter_prefix, which)
 from .warm_python import WarmSlot, warm_argv
 
@@ -560,24 +560,19 @@ def _kill_tree(pid: int) -> None:
 
 def _kill_uid(uid: int, patience_s: float = 10.0) -> None:
     """SIGKILL every process of ``uid`` (a sandbox slot's own uid) until none is left."""
-    deadline = time.perf_counter() + patience_s
-    while True:
-        pids = []
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    if entry.stat().st_uid == uid:
-                        pids.append(int(entry.name))
-                except OSError:
-                    continue
-        if not pids or time.perf_counter() > deadline:
-            return
-        for pid in pids:
+    kill_until_gone(lambda: _pids_of_uid(uid), patience_s)
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
             try:
-                os.kill(pid, signal.SIGKILL)
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
             except OSError:
-                pass
-        time.sleep(0.002)
+                continue
+    return pids
 
 
 def _check_traversable(path: str) -> None:
