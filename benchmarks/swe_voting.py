@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
 from monkeybarrel.kits.swebench.containers import ContainerPool
+from monkeybarrel.sandbox.docker_backend import session_isolation
 from monkeybarrel.kits.swebench.predictions import read_predictions
 from monkeybarrel.kits.swebench.schema import load_instances
 from monkeybarrel.kits.swebench.voting import run_vote_matrix, script_execution
@@ -43,8 +44,7 @@ def docker_run_each(instance, patches, tests, workers: int) -> tuple[float, int,
     import docker
 
     client = docker.from_env()
-    options = ContainerPool().container_options()
-    options.pop("detach")
+    options = session_isolation()
     pairs = [(p, t) for p in [*dict.fromkeys(patches), None] for t in tests]
 
     def one(pair) -> int:

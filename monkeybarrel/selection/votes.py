@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..core.groups import rank_by_votes
 from ..core.models import load_pretrained
 from ..core.selection_data import SelectionData
 from .base import SELECTORS, Selector
@@ -77,14 +78,9 @@ class TestVoting(Selector):
         return np.where(np.isnan(votes), -np.inf, votes)
 
     def ranking(self, data: SelectionData) -> list[np.ndarray]:
-        """Per problem, its candidate rows best first: votes desc, text length asc, tiebreak asc; NaN votes last."""
-        votes = data.verifier_scores(self.verifier).astype(np.float64)
-        lengths = np.array([len(t) if isinstance(t, str) else np.iinfo(np.int64).max for t in data.texts]
-                           ) if data.texts is not None else np.zeros(data.n_candidates, np.int64)
-        missing = np.isnan(votes)
-        order = np.lexsort((data.tiebreak, lengths, -np.nan_to_num(votes, nan=-np.inf), missing, data.groups))
-        bounds = np.searchsorted(data.groups[order], np.arange(data.n_problems + 1))
-        return [order[bounds[g]:bounds[g + 1]] for g in range(data.n_problems)]
+        """Per problem, its candidate rows best first (``core.groups.rank_by_votes``); NaN votes last."""
+        return rank_by_votes(data.verifier_scores(self.verifier), text_lengths(data), data.groups, data.n_problems,
+                             data.tiebreak)
 
     def select(self, data: SelectionData) -> np.ndarray:
         """``[n_problems]`` chosen row per problem (-1 when a problem has no candidates)."""
@@ -140,3 +136,35 @@ class TestVoting(Selector):
         if getattr(self, "_model", None) is None:
             self._tokenizer, self._model = load_pretrained(self.model, num_threads=self.num_threads)
         return self._model, self._tokenizer
+
+
+@SELECTORS.register("swe_votes")
+class SWEVotes(Selector):
+    """Test voting for SWE-bench patches: most generated-test votes, then the shorter patch.
+
+    Unlike ``test_voting``, a patch without votes (malformed, trivial or unappliable: NaN) is never
+    picked; a problem where no patch has votes abstains.
+
+    Args:
+        column: the verifier column holding the votes (e.g. a ``swe_test_votes`` verifier's name).
+    """
+
+    def __init__(self, column: str = "test_votes") -> None:
+        self.column = column
+
+    def decision_function(self, data: SelectionData) -> np.ndarray:
+        """``[n]`` minus the candidate's place in its problem's vote ranking (0 = best); NaN without votes."""
+        if self.column not in data.verifiers:
+            raise ValueError(f"swe_votes: no verifier column {self.column!r}; have {list(data.verifiers)}")
+        votes = data.verifier_scores(self.column).astype(np.float64)
+        place = np.empty(data.n_candidates, dtype=np.float64)
+        for rows in rank_by_votes(votes, text_lengths(data), data.groups, data.n_problems, data.tiebreak):
+            place[rows] = np.arange(rows.size)
+        return np.where(np.isnan(votes), np.nan, -place)
+
+
+def text_lengths(data: SelectionData) -> np.ndarray:
+    """``[n]`` characters of each candidate's text (missing texts: longest possible; no texts: zeros)."""
+    if data.texts is None:
+        return np.zeros(data.n_candidates, np.int64)
+    return np.array([len(t) if isinstance(t, str) else np.iinfo(np.int64).max for t in data.texts], dtype=np.int64)
