@@ -104,8 +104,9 @@ def predict_coverage(a: np.ndarray, b: np.ndarray, ks: np.ndarray) -> np.ndarray
 def samples_for_coverage(a: np.ndarray, b: np.ndarray, target: float) -> np.ndarray:
     """Samples k with ``exp(a · k^b) = target``: ``k = (log(target) / a)^(1/b)``.
 
-    Returns ``[M]`` floats (not rounded): 1 where ``target <= e^a`` (one sample already reaches it),
-    inf where the law never reaches the target (``b >= 0`` or ``target >= 1``), NaN for an unfitted curve.
+    Returns ``[M]`` sample counts (the solution rounded up): 1 where ``target <= e^a`` (one sample already
+    reaches it), inf where the law never reaches the target (``b >= 0`` or ``target >= 1``), NaN for an
+    unfitted curve.
     """
     a = np.atleast_1d(np.asarray(a, dtype=np.float64))
     b = np.atleast_1d(np.asarray(b, dtype=np.float64))
@@ -113,7 +114,7 @@ def samples_for_coverage(a: np.ndarray, b: np.ndarray, target: float) -> np.ndar
         return np.where(np.isnan(a) | np.isnan(b), np.nan, np.inf if target >= 1 else 1.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         k = (np.log(target) / a) ** (1.0 / b)
-    k = np.where(b >= 0, np.inf, k)
+    k = np.where(b >= 0, np.inf, np.ceil(k * (1 - 1e-12)))
     k = np.where(np.exp(a) >= target, 1.0, k)
     return np.where(np.isnan(a) | np.isnan(b), np.nan, k)
 

@@ -100,11 +100,11 @@ def read_outcomes_parquet(path: str | Path, benchmarks: Sequence[str] | None = N
     if missing:
         raise OutcomeDataError(f"{path}: missing column(s) {missing}; the per-sample outcome layout has "
                                f"{list(PARQUET_COLUMNS)} (one row per sample)")
-    table = pq.read_table(path, columns=list(PARQUET_COLUMNS))
+    table = pq.read_table(path, columns=list(PARQUET_COLUMNS), read_dictionary=["Benchmark", "Model"])
     if benchmarks is not None:
-        table = table.filter(pc.is_in(table["Benchmark"], pa.array(list(benchmarks))))
+        table = table.filter(pc.is_in(table["Benchmark"].cast(pa.string()), pa.array(list(benchmarks))))
     if models is not None:
-        table = table.filter(pc.is_in(table["Model"], pa.array([normalise_model(m) for m in models])))
+        table = table.filter(pc.is_in(table["Model"].cast(pa.string()), pa.array([normalise_model(m) for m in models])))
     if table.num_rows == 0:
         raise OutcomeDataError(f"{path}: no rows for benchmarks={benchmarks!r}, models={models!r}")
     score = table["Score"].to_numpy().astype(np.float64)
@@ -112,38 +112,56 @@ def read_outcomes_parquet(path: str | Path, benchmarks: Sequence[str] | None = N
     if bad.size:
         raise OutcomeDataError(f"{path}: row {int(bad[0])}: 'Score' is {float(score[bad[0]])}; expected 0 or 1 "
                                f"({bad.size} such rows)")
-    bench = pc.dictionary_encode(table["Benchmark"].combine_chunks())
-    model = pc.dictionary_encode(table["Model"].combine_chunks())
+    bench = _dictionary(table["Benchmark"])
+    model = _dictionary(table["Model"])
     bench_codes, model_codes = bench.indices.to_numpy(), model.indices.to_numpy()
     key = bench_codes.astype(np.int64) * len(model.dictionary) + model_codes
     problem = table["Problem Idx"].to_numpy()
     attempt = table["Attempt Idx"].to_numpy()
-    order = np.argsort(key, kind="stable")
-    keys, starts = np.unique(key[order], return_index=True)
-    splits = np.split(order, starts[1:])
+    present = np.bincount(key)
+    keys = np.flatnonzero(present)
+    first = np.array([int(np.argmax(key == k)) for k in keys])
     blocks = []
-    for i in np.argsort(order[starts]):  # blocks in order of first appearance
-        block_key, rows = int(keys[i]), splits[i]
+    for block_key in keys[np.argsort(first)]:  # blocks in order of first appearance
+        rows = np.flatnonzero(key == block_key)
         name_b = str(bench.dictionary[int(block_key // len(model.dictionary))])
         name_m = str(model.dictionary[int(block_key % len(model.dictionary))])
         blocks.append(_dense_block(path, name_b, name_m, problem[rows], attempt[rows], score[rows] > 0.5))
     return blocks
 
 
+def _dictionary(column: pa.ChunkedArray) -> pa.DictionaryArray:
+    """One dictionary array (unified across chunks) for a string or dictionary column."""
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    return column.unify_dictionaries().combine_chunks() if column.num_chunks > 1 else column.chunk(0)
+
+
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and each row's index into them (a bincount for small non-negative ints)."""
+    if values.dtype.kind in "iu" and values.size and 0 <= values.min() and values.max() < 4 * values.size + 1024:
+        seen = np.bincount(values) > 0
+        return np.flatnonzero(seen), (np.cumsum(seen) - 1)[values]
+    uniques, codes = np.unique(values, return_inverse=True)
+    return uniques, codes.reshape(-1).astype(np.int64)
+
+
 def _dense_block(source: Path | str, benchmark: str, model: str, problem: np.ndarray, attempt: np.ndarray,
                  correct: np.ndarray) -> SampleOutcomes:
     """``[P, N]`` matrix of one block from flat (problem, attempt, correct) rows."""
-    problem_ids, p_code = np.unique(problem, return_inverse=True)
-    attempts, a_code = np.unique(attempt, return_inverse=True)
-    cell = p_code.astype(np.int64) * attempts.size + a_code
+    problem_ids, p_code = _codes(problem)
+    attempts, a_code = _codes(attempt)
+    cell = p_code * attempts.size + a_code
     if np.bincount(cell, minlength=problem_ids.size * attempts.size).max() > 1:
         raise OutcomeDataError(f"{source}: {benchmark} / {model}: a (Problem Idx, Attempt Idx) pair appears twice")
-    # attempts are ranked within each problem, so a problem with fewer samples fills its first columns
     per_problem = np.bincount(p_code, minlength=problem_ids.size)
-    order = np.lexsort((attempt, p_code))
-    rank = np.empty(order.size, dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(per_problem)[:-1]])
-    rank[order] = np.arange(order.size) - np.repeat(starts, per_problem)
+    if (per_problem == attempts.size).all():  # every problem has every attempt (the released files)
+        rank = a_code
+    else:  # attempts ranked within each problem, so a problem with fewer samples fills its first columns
+        order = np.lexsort((attempt, p_code))
+        rank = np.empty(order.size, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(per_problem)[:-1]])
+        rank[order] = np.arange(order.size) - np.repeat(starts, per_problem)
     matrix = np.zeros((problem_ids.size, int(per_problem.max())), dtype=bool)
     matrix[p_code, rank] = correct
     return SampleOutcomes(benchmark, model, problem_ids, matrix, per_problem.astype(np.int64))
