@@ -102,7 +102,9 @@ class SWEStateMachine(Verifier):
         self.keep_record(problem.problem_id, {
             "problem_id": problem.problem_id,
             "candidates_shown": [[candidates[i].generator_id, candidates[i].sample_index] for i in order],
-            **(outcome.transcript if outcome is not None else {"candidates": shown, "final": 0, "attempts": 0}),
+            **(outcome.transcript if outcome is not None else  # one patch shown: no model, nothing to run
+               {"candidates": shown, "example_test": example, "tests": [], "executions": [], "events": [],
+                "messages": [], "selected": None, "attempts": 0, "final": 0}),
             "pool": self.pool.stats.as_dict()})
         return scores, reasons
 
