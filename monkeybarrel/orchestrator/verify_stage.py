@@ -20,9 +20,6 @@ from ..verifiers.base import VERIFIERS
 from .progress import progress_bar
 from .store import ExperimentStore
 
-_FLUSH_ROWS = 4096
-_FLUSH_SECONDS = 30.0
-
 
 def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems: list[Problem],
                      show_progress: bool = True) -> dict[str, Any]:
@@ -53,6 +50,7 @@ def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems:
         if verifier.scores_whole_problem:  # new candidates change the old ones' scores: re-score the problem
             todo = [(p, by_problem[p.problem_id]) for p, _ in todo]
         started, rows, failures, last_flush = time.perf_counter(), [], 0, time.perf_counter()
+        kind, policy = f"scores/{spec.name}", config.store
         try:
             with progress_bar(f"verify {spec.name}", sum(len(cs) for _, cs in todo), show_progress) as bar:
                 for problem, candidates in todo:
@@ -69,13 +67,16 @@ def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems:
                                  "verifier": spec.name, "score": float(s), "error": e}
                                 for c, s, e in zip(candidates, scores, errors))
                     bar.advance(len(candidates))
-                    if len(rows) >= _FLUSH_ROWS or time.perf_counter() - last_flush > _FLUSH_SECONDS:
-                        store.append_chunk(f"scores/{spec.name}", pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
-                        rows, last_flush = [], time.perf_counter()
+                    if len(rows) >= policy.chunk_rows or time.perf_counter() - last_flush > policy.flush_seconds:
+                        pending, rows = rows, []  # a chunk is written once, never twice
+                        store.append_chunk(kind, pa.Table.from_pylist(pending, schema=SCORE_SCHEMA))
+                        last_flush = time.perf_counter()
+        finally:  # also on Ctrl-C: every finished score is kept
+            try:
                 if rows:
-                    store.append_chunk(f"scores/{spec.name}", pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
-        finally:
-            verifier.close()
+                    store.append_chunk(kind, pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+            finally:
+                verifier.close()
         costs[spec.name] = {"scored": sum(len(cs) for _, cs in todo), "failures": failures,
                             "wall_s": round(time.perf_counter() - started, 3)}
     return costs
