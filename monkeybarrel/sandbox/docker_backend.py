@@ -20,7 +20,9 @@ it), so a missing command is a SANDBOX_ERROR that no program output can fake.
 
 from __future__ import annotations
 
+import base64
 import io
+import shlex
 import tarfile
 import threading
 import time
@@ -295,3 +297,86 @@ def _parse_duration(text: str) -> float:
     """Seconds of a POSIX ``times`` field such as ``0m0.020000s``."""
     minutes, _, seconds = text.rstrip("s").partition("m")
     return float(minutes) * 60 + float(seconds) if seconds else float(minutes)
+
+
+def session_isolation(mem_limit: str = "1g", pids_limit: int = 256, cpus: float = 1.0) -> dict[str, Any]:
+    """``containers.run`` options every ``DockerSession`` container gets: no network, no capabilities,
+    no privilege gain, bounded memory (swap included), processes and CPU, an init process."""
+    return dict(network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit=mem_limit,
+                memswap_limit=mem_limit, pids_limit=pids_limit, nano_cpus=int(cpus * 1e9), init=True,
+                labels={"monkeybarrel.sandbox": "1"})
+
+
+class DockerSession:
+    """One long-lived container of ``image``; commands run in it by ``exec`` (state such as a git
+    checkout persists between them). The container layer of repository workloads (SWE-bench).
+
+    Isolation: ``network_mode="none"``, all capabilities dropped, ``no-new-privileges``, memory =
+    memory+swap limit, a pids limit, a CPU quota, an init process; every command runs under
+    ``timeout -k 2 T`` inside, so a hung command is killed, not waited on. Unlike ``DockerSandbox``
+    the image's own user runs the commands (repositories in images belong to it). Use as a context
+    manager; ``close`` removes the container.
+
+    Args:
+        image: the image (needs ``bash``, ``timeout`` and ``base64``: any Debian-based image).
+        workdir: the working directory of every command.
+        mem_limit: docker memory limit (e.g. ``"1g"``).
+        pids_limit: most processes (fork bombs).
+        cpus: CPU quota (cores).
+        client: a ``docker.DockerClient`` (default: ``docker.from_env()``).
+    """
+
+    INLINE_LIMIT = 96_000
+    """Bytes of files written inline in the command (one bash argument may hold at most 128 KiB)."""
+
+    def __init__(self, image: str, workdir: str, mem_limit: str = "1g", pids_limit: int = 256, cpus: float = 1.0,
+                 client: Any = None) -> None:
+        if client is None:
+            import docker
+
+            client = docker.from_env()
+        self.image, self.workdir = image, workdir
+        self.container = client.containers.run(image, ["sleep", "infinity"], working_dir=workdir, detach=True,
+                                               **session_isolation(mem_limit, pids_limit, cpus))
+
+    def exec(self, script: str, timeout_s: float, files: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+        """Run ``script`` with bash (after writing ``files``, ``{absolute path: text}``); ``(exit code, output)``.
+
+        Exit code 124 or 137 means the time limit killed it (SIGTERM at ``timeout_s``, SIGKILL 2 s later).
+        """
+        prefix = self._write_files(dict(files or {}))
+        result = self.container.exec_run(["timeout", "-k", "2", f"{timeout_s:g}", "bash", "-c", prefix + script],
+                                         demux=False)
+        return int(result.exit_code), result.output or b""
+
+    def _write_files(self, files: dict[str, str]) -> str:
+        """Bash that writes ``files`` inline (base64, no upload round trip); larger sets are uploaded
+        now with ``put_archive`` and the prefix is empty."""
+        if sum(len(c) for c in files.values()) * 4 // 3 > self.INLINE_LIMIT:
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w") as tar:
+                for path, content in files.items():
+                    data = content.encode()
+                    info = tarfile.TarInfo(path.lstrip("/"))
+                    info.size, info.mode, info.mtime = len(data), 0o644, 0
+                    tar.addfile(info, io.BytesIO(data))
+            self.container.put_archive("/", buffer.getvalue())
+            return ""
+        parts = []
+        for path, content in files.items():
+            folder = shlex.quote(path.rsplit("/", 1)[0] or "/")
+            encoded = base64.b64encode(content.encode()).decode()
+            parts.append(f"mkdir -p {folder} && echo {encoded} | base64 -d > {shlex.quote(path)}; ")
+        return "".join(parts)
+
+    def close(self) -> None:
+        try:
+            self.container.remove(force=True)
+        except Exception:  # best effort: the container may already be gone
+            pass
+
+    def __enter__(self) -> "DockerSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
