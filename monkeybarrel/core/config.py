@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -97,13 +97,23 @@ class EvaluateSpec(_Strict):
     """Values of k for coverage (pass@k) and majority@k; default 1, 2, 4, ... up to n."""
     majority_trials: int = Field(256, ge=1)
     """Random subsets per problem for the majority@k estimate at k < n."""
+    selector_trials: int = Field(8, ge=0)
+    """Random k-subsets of every problem's candidates on which each selector is refitted and scored for
+    its accuracy against k (averaged; exact at k = n); 0 = no selector curves."""
+    selector_curves: list[str] | None = None
+    """Selector names (``selectors[].name``) that get an accuracy-against-k curve; default: all."""
 
 
 class StoreSpec(_Strict):
     """How the store writes."""
 
-    chunk_problems: int = Field(1, ge=1)
-    """Problems per Parquet chunk of candidates: a killed run loses at most one chunk."""
+    chunk_problems: int | None = Field(None, ge=1)
+    """Problems per Parquet chunk of candidates; null: a chunk is written every ``chunk_rows`` rows
+    or ``flush_seconds`` seconds, whichever comes first (few files; a killed run loses at most that)."""
+    chunk_rows: int = Field(10_000, ge=1)
+    """Rows (candidates or scores) per chunk at most."""
+    flush_seconds: float = Field(60.0, gt=0)
+    """Finished candidates and scores are written at least this often."""
 
 
 def _default_generators() -> list[GeneratorSpec]:
@@ -210,6 +220,3 @@ def fingerprint(data: Any) -> str:
     """A stable short hash of plain data (dict keys sorted)."""
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-Stage = Literal["sample", "verify", "select", "evaluate"]

@@ -17,8 +17,6 @@ needed inside a decode step (the query is the newest token; its own key is the l
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 __all__ = [

@@ -13,13 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..core.records import Candidate, Problem
+from ..kits.math_answers import answer_key
 from .base import VERIFIERS, Verifier
-
-
-def _math_answer_key(text: str | None) -> str | None:
-    from ..tasks.math_answers import answer_key
-
-    return answer_key(text)
 
 
 @VERIFIERS.register("answer_frequency")
@@ -34,7 +29,7 @@ class AnswerFrequency(Verifier):
         finished_only: only candidates that ended normally (``finish_reason == "stop"``) have an
             answer, as in the label stage.
         answer_fn: ``text -> canonical answer or None``; default
-            ``monkeybarrel.tasks.math_answers.answer_key`` (math-verify equivalence).
+            ``monkeybarrel.kits.math_answers.answer_key`` (math-verify equivalence).
     """
 
     scores_whole_problem = True
@@ -43,7 +38,7 @@ class AnswerFrequency(Verifier):
                  answer_fn: Callable[[str | None], str | None] | None = None) -> None:
         super().__init__(name)
         self.finished_only = finished_only
-        self.answer_fn = answer_fn or _math_answer_key
+        self.answer_fn = answer_fn or answer_key
 
     def answers(self, candidates: Sequence[Candidate]) -> list[str | None]:
         """Canonical answer per candidate (None when it has none)."""
