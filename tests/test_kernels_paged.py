@@ -196,3 +196,36 @@ def test_paged_kernel_parity_on_gpu(layout, dtype):
     err = (out.float() - ref).abs().max().item()
     print(f"paged parity layout={layout} {dtype} T={T} max_abs_err={err:.2e}")
     assert err < (2e-2 if dtype == torch.bfloat16 else 2e-3)
+
+
+def test_plan_cache_reuses_while_the_shared_columns_hold():
+    from monkeybarrel.kernels.prefix_groups import PlanCache
+
+    table, lens, _ = paged_layout([(2048, [10] * 8), (900, [3] * 4)], seed=5, width=200)
+    cache = PlanCache(16, 4, 8, min_saved=0.2)
+    first, reused = cache.plan(table, lens)
+    assert first is not None and not reused
+    grown = lens + 20  # a steady decode: every request 20 tokens longer, the same blocks
+    again, reused = cache.plan(table, grown)
+    assert reused and again is first
+    swap = [len(lens) - 1, *range(1, len(lens) - 1), 0]  # two requests change rows (vLLM condenses its batch)
+    moved, moved_lens = table[swap], grown[swap]
+    replanned, reused = cache.plan(moved, moved_lens)
+    assert not reused and (replanned.shared_len == first.shared_len[swap]).all()
+    fewer, reused = cache.plan(moved[:-1], moved_lens[:-1])  # a request left
+    assert not reused and len(fewer.order) == len(lens) - 1
+
+
+def test_plan_cache_keeps_a_fallback_decision_until_the_batch_changes():
+    from monkeybarrel.kernels.prefix_groups import PlanCache
+
+    table, lens, _ = paged_layout([(500, [2]), (700, [5]), (300, [1])], seed=2, width=64)
+    cache = PlanCache(16, 4, 8)
+    assert cache.plan(table, lens) == (None, False)  # nothing shared: the engine's own attention
+    assert cache.plan(table, lens + 1) == (None, True)
+    src, dst = int(np.argsort(lens)[1]), int(np.argmax(lens))  # the 502- and the 705-token requests
+    full = (int(lens[src]) - 1) // 16
+    shared = table.copy()
+    shared[dst, :full] = shared[src, :full]  # dst replaced by a sample of src's prompt
+    plan, reused = cache.plan(shared, lens)
+    assert not reused and plan is not None and plan.groups.n_groups == 1
