@@ -7,6 +7,7 @@ Layout::
     DIR/problems.parquet
     DIR/candidates/part-*.parquet      appended in chunks (one or more problems' samples)
     DIR/scores/<verifier>/part-*.parquet
+    DIR/artifacts/<verifier>/<problem_id>.json   what a verifier recorded per problem (tests, vote matrix, transcript)
     DIR/answers.parquet, DIR/labels.parquet, DIR/selections.parquet, DIR/metrics.json
     DIR/report.md, DIR/coverage.png
 
@@ -25,6 +26,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterable
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -234,6 +236,27 @@ class ExperimentStore:
         folder = self.root / "scores"
         return sorted(p.name for p in folder.iterdir() if p.is_dir() and any(p.glob("part-*.parquet"))) \
             if folder.is_dir() else []
+
+    # ---- per-problem records of verifiers (vote matrices, transcripts) -----------------------
+    def artifact_path(self, verifier: str, problem_id: str) -> Path:
+        """``DIR/artifacts/<verifier>/<problem_id>.json`` (the id percent-encoded to a safe file name)."""
+        return self.root / "artifacts" / verifier / f"{quote(problem_id, safe='')}.json"
+
+    def write_artifact(self, verifier: str, problem_id: str, record: dict[str, Any]) -> Path:
+        """Store (atomically, replacing an older one) what ``verifier`` recorded while scoring ``problem_id``."""
+        path = self.artifact_path(verifier, problem_id)
+        atomic_write_bytes(path, json.dumps(record, indent=1, default=str).encode())
+        return path
+
+    def read_artifact(self, verifier: str, problem_id: str) -> dict[str, Any] | None:
+        """The record ``verifier`` stored for ``problem_id``, or None."""
+        path = self.artifact_path(verifier, problem_id)
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{path}: damaged artifact ({exc})") from None
 
     # ---- manifest ------------------------------------------------------------------------
     def read_manifest(self) -> dict[str, Any]:
