@@ -7,9 +7,6 @@ optionally a system prompt's blocks shared by several prompts; padded rows (seq_
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,6 +15,7 @@ import torch
 
 from monkeybarrel.kernels.prefix_groups import find_shared_groups, plan_paged_decode
 from monkeybarrel.kernels.reference import paged_attention_reference, paged_plan_reference
+from triton_interpreter import run_in_interpreter
 
 
 def paged_layout(prompts, block_size=16, system_blocks=0, padded=0, seed=0, width=None):
@@ -123,13 +121,6 @@ def test_plan_decomposition_equals_paged_attention(dtype):
 
 _INTERPRETER_SCRIPT = textwrap.dedent("""
     import numpy as np, torch, sys
-    import triton.runtime.interpreter as I
-    if hasattr(I, "_patch_lang_tensor"):  # triton 3.6 interpreter vs numpy>=2.4: int() of a 1-elem 1-d array
-        _orig = I._patch_lang_tensor
-        def _patched(tensor, scope):
-            _orig(tensor, scope)
-            scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-        I._patch_lang_tensor = _patched
     sys.path.insert(0, "tests")
     from test_kernels_paged import paged_layout
     from monkeybarrel.kernels.paged_launch import paged_shared_prefix_decode
@@ -157,9 +148,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent("""
 def test_paged_kernel_in_triton_interpreter():
     """The paged kernel's indexing (block tables, groups, splits, padded rows) run by Triton's CPU interpreter."""
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], capture_output=True, text=True, env=env,
-                         timeout=900, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = run_in_interpreter(_INTERPRETER_SCRIPT)
     assert res.returncode == 0 and res.stdout.strip().endswith("OK"), res.stdout + res.stderr
 
 
