@@ -131,3 +131,47 @@ def test_weaver_recipe_on_a_fixture_in_the_released_schema(tmp_path):
         assert 0 <= row["ours"] <= oracle["ours"]
     assert _row(comparison, group, "weaver (label-free)")["paper"]["value"] == 93.4
     assert (out / "store" / "report.md").is_file()
+
+
+def _patch(path: str, old: str, new: str) -> str:
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,3 +1,3 @@\n context\n-{old}\n+{new}\n"
+            " context\n")
+
+
+def test_codemonkeys_barrel_on_a_fixture_in_the_experiments_layout(tmp_path, capsys):
+    """Three members in evaluation/verified; one unpinned run is ignored."""
+    verified = tmp_path / "experiments" / "evaluation" / "verified"
+    good, bad, other = _patch("m.py", "x = 1", "x = 2"), _patch("m.py", "x = 1", "x = 3"), _patch("n.py", "a", "b")
+    members = {  # run -> ({instance: patch}, resolved)
+        "20241108_devlo": ({"i1": good, "i2": bad, "i3": other}, ["i1"]),
+        "20241202_blackbox_ai": ({"i1": good, "i2": good, "i3": bad}, ["i1", "i2"]),
+        "20241105_codestory": ({"i1": bad, "i2": bad + "\n", "i3": ""}, []),
+        "20240101_not_pinned": ({"i1": good, "i2": good, "i3": good}, ["i1", "i2", "i3"]),
+    }
+    for run, (patches, resolved) in members.items():
+        folder = verified / run
+        (folder / "results").mkdir(parents=True)
+        (folder / "all_preds.jsonl").write_text("\n".join(json.dumps(
+            {"instance_id": i, "model_name_or_path": run, "model_patch": p}) for i, p in patches.items()))
+        (folder / "results" / "results.json").write_text(json.dumps({"resolved": resolved, "no_generation": []}))
+    out = tmp_path / "out"
+    assert main(["reproduce", "codemonkeys-barrel", "--data", str(tmp_path / "experiments"), "--out", str(out)]) == 0
+    comparison = _comparison(out)
+    group = "3 submissions"
+    assert _row(comparison, "20241202_blackbox_ai", "resolved")["ours"] == pytest.approx(200 / 3)
+    assert _row(comparison, group, "best single member")["ours"] == pytest.approx(200 / 3)
+    # i1: good x2 (resolved) beats bad; i2: bad x2 (whitespace-only difference) beats good; i3: three different
+    # patches tie -> the shortest (other, unresolved)
+    assert _row(comparison, group, "majority of identical patches")["ours"] == pytest.approx(100 / 3)
+    assert _row(comparison, group, "oracle (any member resolved)")["ours"] == pytest.approx(200 / 3)
+    # random: i1 2/3, i2 1/3, i3 0 of the three candidates resolved
+    assert _row(comparison, group, "random (expected pass@1)")["ours"] == pytest.approx(100 / 3)
+    barrel = _row(comparison, group, "Barrel of Monkeys (selection state machine)")
+    assert barrel["paper"]["value"] == 66.2 and barrel["ours"] is None
+    assert "not_pinned" not in json.dumps(comparison["rows"])
+
+
+def test_codemonkeys_barrel_without_data_says_where_the_data_is(capsys):
+    assert main(["reproduce", "codemonkeys-barrel"]) == 2
+    err = capsys.readouterr().err
+    assert "SWE-bench/experiments" in err and "--data" in err
