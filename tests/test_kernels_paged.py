@@ -7,9 +7,6 @@ optionally a system prompt's blocks shared by several prompts; padded rows (seq_
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,6 +15,7 @@ import torch
 
 from monkeybarrel.kernels.prefix_groups import find_shared_groups, plan_paged_decode
 from monkeybarrel.kernels.reference import paged_attention_reference, paged_plan_reference
+from triton_interpreter import run_in_interpreter
 
 
 def paged_layout(prompts, block_size=16, system_blocks=0, padded=0, seed=0, width=None):
@@ -123,13 +121,6 @@ def test_plan_decomposition_equals_paged_attention(dtype):
 
 _INTERPRETER_SCRIPT = textwrap.dedent("""
     import numpy as np, torch, sys
-    import triton.runtime.interpreter as I
-    if hasattr(I, "_patch_lang_tensor"):  # triton 3.6 interpreter vs numpy>=2.4: int() of a 1-elem 1-d array
-        _orig = I._patch_lang_tensor
-        def _patched(tensor, scope):
-            _orig(tensor, scope)
-            scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-        I._patch_lang_tensor = _patched
     sys.path.insert(0, "tests")
     from test_kernels_paged import paged_layout
     from monkeybarrel.kernels.paged_launch import paged_shared_prefix_decode
@@ -157,9 +148,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent("""
 def test_paged_kernel_in_triton_interpreter():
     """The paged kernel's indexing (block tables, groups, splits, padded rows) run by Triton's CPU interpreter."""
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], capture_output=True, text=True, env=env,
-                         timeout=900, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = run_in_interpreter(_INTERPRETER_SCRIPT)
     assert res.returncode == 0 and res.stdout.strip().endswith("OK"), res.stdout + res.stderr
 
 
@@ -196,3 +185,36 @@ def test_paged_kernel_parity_on_gpu(layout, dtype):
     err = (out.float() - ref).abs().max().item()
     print(f"paged parity layout={layout} {dtype} T={T} max_abs_err={err:.2e}")
     assert err < (2e-2 if dtype == torch.bfloat16 else 2e-3)
+
+
+def test_plan_cache_reuses_while_the_shared_columns_hold():
+    from monkeybarrel.kernels.prefix_groups import PlanCache
+
+    table, lens, _ = paged_layout([(2048, [10] * 8), (900, [3] * 4)], seed=5, width=200)
+    cache = PlanCache(16, 4, 8, min_saved=0.2)
+    first, reused = cache.plan(table, lens)
+    assert first is not None and not reused
+    grown = lens + 20  # a steady decode: every request 20 tokens longer, the same blocks
+    again, reused = cache.plan(table, grown)
+    assert reused and again is first
+    swap = [len(lens) - 1, *range(1, len(lens) - 1), 0]  # two requests change rows (vLLM condenses its batch)
+    moved, moved_lens = table[swap], grown[swap]
+    replanned, reused = cache.plan(moved, moved_lens)
+    assert not reused and (replanned.shared_len == first.shared_len[swap]).all()
+    fewer, reused = cache.plan(moved[:-1], moved_lens[:-1])  # a request left
+    assert not reused and len(fewer.order) == len(lens) - 1
+
+
+def test_plan_cache_keeps_a_fallback_decision_until_the_batch_changes():
+    from monkeybarrel.kernels.prefix_groups import PlanCache
+
+    table, lens, _ = paged_layout([(500, [2]), (700, [5]), (300, [1])], seed=2, width=64)
+    cache = PlanCache(16, 4, 8)
+    assert cache.plan(table, lens) == (None, False)  # nothing shared: the engine's own attention
+    assert cache.plan(table, lens + 1) == (None, True)
+    src, dst = int(np.argsort(lens)[1]), int(np.argmax(lens))  # the 502- and the 705-token requests
+    full = (int(lens[src]) - 1) // 16
+    shared = table.copy()
+    shared[dst, :full] = shared[src, :full]  # dst replaced by a sample of src's prompt
+    plan, reused = cache.plan(shared, lens)
+    assert not reused and plan is not None and plan.groups.n_groups == 1

@@ -304,6 +304,19 @@ def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, n_out_rows, stride_ob, s
 
 
 @triton.jit
+def _attend_pages(q, k_head, v_head, page_row, lo, hi, qk_scale, stride_kpage, stride_kn, stride_vpage, stride_vn,
+                  M: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows ``q [M, D]`` against key rows ``[lo, hi)`` of one head of a paged cache (pages from the
+    block-table row ``page_row``): the normalised partial output ``[M, D]`` and its log2-sum-exp."""
+    acc = tl.zeros([M, D], dtype=tl.float32)
+    l_i = tl.zeros([M], dtype=tl.float32)
+    m_i = tl.full([M], float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn, lo, hi, qk_scale, D,
+                                  BLOCK_N, page_row, stride_kpage, stride_vpage, BS, True)
+    return _finish(acc, l_i, m_i)
+
+
+@triton.jit
 def _paged_prefix_item(pid, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, n_items, qk_scale,
                        stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn, stride_vh,
                        stride_bt, NSP,
@@ -329,13 +342,8 @@ def _paged_prefix_item(pid, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, n_items
     t = tl.load(ORDER + order_start + r // G, mask=ok, other=0).to(tl.int64)
     q = tl.load(Q + t[:, None] * stride_qt + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
                 mask=ok[:, None], other=0.0)
-    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, KC + hkv * stride_kh, VC + hkv * stride_vh,
-                                  stride_kn, stride_vn, lo, hi, qk_scale, D, BLOCK_N,
-                                  BT + leader * stride_bt, stride_kpage, stride_vpage, BS, True)
-    o, lse2 = _finish(acc, l_i, m_i)
+    o, lse2 = _attend_pages(q, KC + hkv * stride_kh, VC + hkv * stride_vh, BT + leader * stride_bt, lo, hi,
+                            qk_scale, stride_kpage, stride_kn, stride_vpage, stride_vn, BLOCK_M, D, BS, BLOCK_N)
     part = (hkv * NSP + split).to(tl.int64) * n_rows + t * G + g
     tl.store(OP + part[:, None] * D + offs_d[None, :], o, mask=ok[:, None])
     tl.store(LP + part, lse2, mask=ok)
@@ -364,13 +372,8 @@ def _paged_suffix_tile(tile, Q, KC, VC, BT, SEQ_LENS, SHARED_LEN, OS, LS, qk_sca
     chunk = tl.cdiv(tl.cdiv(tl.maximum(end - start, 0), NSS), BLOCK_NS) * BLOCK_NS
     lo = start + split * chunk
     hi = tl.minimum(lo + chunk, end)
-    acc = tl.zeros([BLOCK_G, D], dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
-    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-    acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, KC + hkv * stride_kh, VC + hkv * stride_vh,
-                                  stride_kn, stride_vn, lo, hi, qk_scale, D, BLOCK_NS,
-                                  BT + t * stride_bt, stride_kpage, stride_vpage, BS, True)
-    o, lse2 = _finish(acc, l_i, m_i)
+    o, lse2 = _attend_pages(q, KC + hkv * stride_kh, VC + hkv * stride_vh, BT + t * stride_bt, lo, hi,
+                            qk_scale, stride_kpage, stride_kn, stride_vpage, stride_vn, BLOCK_G, D, BS, BLOCK_NS)
     part = tile.to(tl.int64) * G + g
     tl.store(OS + part[:, None] * D + offs_d[None, :], o, mask=g_ok[:, None])
     tl.store(LS + part, lse2, mask=g_ok)

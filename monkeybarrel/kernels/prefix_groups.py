@@ -24,8 +24,8 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["SharedGroups", "PagedDecodePlan", "find_shared_groups", "plan_paged_decode", "suffix_splits",
-           "ITEM_FIELDS"]
+__all__ = ["SharedGroups", "PagedDecodePlan", "PlanCache", "find_shared_groups", "plan_paged_decode",
+           "suffix_splits", "ITEM_FIELDS"]
 
 ITEM_FIELDS = ("order_start", "flat_start", "flat_rows", "key_lo", "key_hi", "leader", "split", "pad")
 """Columns of :attr:`PagedDecodePlan.items` (int32): where the group's members start in ``order``,
@@ -172,7 +172,6 @@ def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size:
     ``T x Hkv`` suffix programs would leave the machine idle.
     """
     seq_lens = np.asarray(seq_lens, dtype=np.int64)
-    T = len(seq_lens)
     G = int(group_size)
     groups = find_shared_groups(block_table, seq_lens, block_size)
     sizes = np.diff(groups.starts).astype(np.int64)
@@ -213,3 +212,44 @@ def suffix_splits(seq_lens: np.ndarray, shared_len: np.ndarray, num_kv_heads: in
     while T * num_kv_heads * nss * 2 <= 2 * num_sms and longest // (nss * 2) >= 256:
         nss *= 2
     return nss
+
+
+class PlanCache:
+    """Plans the decode steps of one engine, reusing the last plan while it still holds.
+
+    The grouping of a batch changes only when requests join, leave or move rows: a step with the same
+    number of requests whose first ``max(shared blocks, 1)`` block-table columns equal the last
+    plan's (and, when the last plan was used, the same suffix split) gets the last decision back, so a
+    steady decode costs one array compare instead of a grouping.
+
+    Args:
+        block_size, group_size, num_kv_heads, num_sms: as :func:`plan_paged_decode`.
+        min_saved: smallest :attr:`PagedDecodePlan.saved_fraction` worth the shared-prefix kernel;
+            below it :meth:`plan` returns None (leave the step to the engine's own attention).
+    """
+
+    def __init__(self, block_size: int, group_size: int, num_kv_heads: int, *, num_sms: int = 132,
+                 min_saved: float = 0.2) -> None:
+        self.block_size, self.group_size, self.num_kv_heads = block_size, group_size, num_kv_heads
+        self.num_sms, self.min_saved = num_sms, min_saved
+        self._last: tuple[PagedDecodePlan, bool, np.ndarray] | None = None
+
+    def plan(self, block_table: np.ndarray, seq_lens: np.ndarray) -> tuple[PagedDecodePlan | None, bool]:
+        """``(plan or None, reused)`` for a step's ``block_table [T, W]`` and ``seq_lens [T]``."""
+        if self._reusable(block_table, seq_lens):
+            plan, use, _ = self._last
+            return (plan if use else None), True
+        plan = plan_paged_decode(block_table, seq_lens, self.block_size, self.group_size, self.num_kv_heads,
+                                 num_sms=self.num_sms)
+        use = plan.saved_fraction >= self.min_saved
+        depth = max(int(plan.groups.shared_blocks.max()) if plan.groups.n_groups else 0, 1)
+        self._last = (plan, use, block_table[:, :depth].copy())
+        return (plan if use else None), False
+
+    def _reusable(self, block_table: np.ndarray, seq_lens: np.ndarray) -> bool:
+        if self._last is None:
+            return False
+        plan, use, columns = self._last
+        if len(plan.order) != len(seq_lens) or not np.array_equal(block_table[:, :columns.shape[1]], columns):
+            return False
+        return not use or suffix_splits(seq_lens, plan.shared_len, self.num_kv_heads, self.num_sms) == plan.suffix_splits

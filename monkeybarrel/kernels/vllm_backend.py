@@ -22,7 +22,6 @@ import logging
 import os
 import time
 
-import numpy as np
 
 from vllm.v1.attention.backend import AttentionCGSupport, AttentionType, CommonAttentionMetadata
 from vllm.v1.attention.backends.flash_attn import (
@@ -34,7 +33,7 @@ from vllm.v1.attention.backends.flash_attn import (
 
 from .hydragen_launch import _num_sms
 from .paged_launch import PagedStep
-from .prefix_groups import plan_paged_decode, suffix_splits
+from .prefix_groups import PlanCache
 from .vllm_plugin import cpu_block_table
 
 __all__ = ["MonkeybarrelAttentionBackend", "MonkeybarrelMetadataBuilder", "MonkeybarrelAttentionImpl", "STATS"]
@@ -71,9 +70,10 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        self.min_saved = float(os.environ.get("MONKEYBARREL_MIN_SAVED", "0.2"))
-        self.num_sms = _num_sms(device.index or 0) if device.type == "cuda" else 132
-        self._last = None
+        num_sms = _num_sms(device.index or 0) if device.type == "cuda" else 132
+        self.planner = PlanCache(self.block_size, self.num_heads_q // self.num_heads_kv, self.num_heads_kv,
+                                 num_sms=num_sms, min_saved=float(os.environ.get("MONKEYBARREL_MIN_SAVED", "0.2")))
+        self._step: PagedStep | None = None
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> FlashAttentionMetadata:
@@ -82,12 +82,8 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
         return metadata
 
     def _plan(self, cm: CommonAttentionMetadata) -> PagedStep | None:
-        """The step's work list, or None to leave the step to FlashAttention.
-
-        The grouping of a batch changes only when requests join, leave or move: a step whose first
-        ``max shared blocks`` block-table columns equal the last plan's (and whose suffix split is the
-        same) reuses that plan and its device buffers, so a steady decode costs one array compare.
-        """
+        """The step's work list, or None to leave the step to FlashAttention (see :class:`PlanCache`:
+        a steady decode reuses the last plan and its device buffers)."""
         if cm.max_query_len != 1 or cm.num_reqs == 0 or self.headdim not in (64, 128):
             return None
         started = time.perf_counter()
@@ -98,34 +94,16 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
             STATS["synced_block_tables"] += 1
         lens = cm._seq_lens_cpu if cm._seq_lens_cpu is not None else cm.seq_lens_cpu_upper_bound
         lens = (lens if lens is not None else cm.seq_lens.cpu())[:T].numpy()
-        table = table[:T]
-        hit, step = self._reuse(table, lens)
-        if hit:
-            STATS["reused_plans"] += 1
-        else:
-            plan = plan_paged_decode(table, lens, self.block_size, self.num_heads_q // self.num_heads_kv,
-                                     self.num_heads_kv, num_sms=self.num_sms)
-            step = None
-            if plan.saved_fraction >= self.min_saved:
-                step = PagedStep(plan, self.num_heads_q, self.num_heads_kv, self.headdim, self.device)
-            depth = max(int(plan.groups.shared_blocks.max()) if plan.groups.n_groups else 0, 1)
-            self._last = (step, plan, table[:, :depth].copy())
-        STATS["shared_steps" if step is not None else "fallback_steps"] += 1
+        plan, reused = self.planner.plan(table[:T], lens)
+        if plan is None:
+            self._step = None
+        elif not reused or self._step is None:
+            self._step = PagedStep(plan, self.num_heads_q, self.num_heads_kv, self.headdim, self.device)
+        STATS["reused_plans"] += int(reused)
+        STATS["shared_steps" if plan is not None else "fallback_steps"] += 1
         STATS["plan_seconds"] += time.perf_counter() - started
         self._dump_stats()
-        return step
-
-    def _reuse(self, table: np.ndarray, lens: np.ndarray) -> tuple[bool, PagedStep | None]:
-        """``(True, last step's decision)`` when the last plan still holds for this batch (see ``_plan``)."""
-        if self._last is None:
-            return False, None
-        step, plan, columns = self._last
-        if len(plan.order) != len(lens) or not np.array_equal(table[:, :columns.shape[1]], columns):
-            return False, None
-        if step is not None and suffix_splits(lens, plan.shared_len, self.num_heads_kv,
-                                              self.num_sms) != plan.suffix_splits:
-            return False, None
-        return True, step
+        return self._step
 
     def _dump_stats(self) -> None:
         """Write STATS to ``$MONKEYBARREL_ATTENTION_STATS`` (JSON) every 32 steps, for runs whose engine
