@@ -12,6 +12,7 @@ from ..core.config import ExperimentConfig
 from ..core.plugins import build_plugin
 from ..core.records import Problem, problems_from_table, problems_to_table
 from ..tasks.base import TASKS, Task
+from .allocation_rounds import configured_policy, run_allocated_sampling, uses_rounds
 from .compat import ConfigConflictError, changed_keys, result_inputs
 from .evaluate_stage import evaluate
 from .experiment import Experiment
@@ -87,6 +88,8 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
     """
     began = time.perf_counter()
     task = build_task(config)  # task and data are checked before the directory is touched
+    if uses_rounds(config):
+        configured_policy(config)
     problems = task.load()
     store, manifest = open_store(config, out_dir, force)
     store.write_text("config.yaml", config.to_yaml())
@@ -100,7 +103,8 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
     stage_times["load"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    run_record["sampled"] = run_sample_stage(store, config, problems, show_progress)
+    run_record["sampled"] = (run_allocated_sampling(store, config, task, problems, show_progress) if uses_rounds(config)
+                             else run_sample_stage(store, config, problems, show_progress))
     stage_times["sample"] = time.perf_counter() - began
 
     began = time.perf_counter()
