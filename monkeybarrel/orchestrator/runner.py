@@ -12,6 +12,7 @@ from ..core.config import ExperimentConfig
 from ..core.plugins import build_plugin
 from ..core.records import Problem, problems_from_table, problems_to_table
 from ..tasks.base import TASKS, Task
+from .allocation_report import equal_compute_metrics, plot_equal_compute, render_section
 from .allocation_rounds import configured_policy, run_allocated_sampling, uses_rounds
 from .compat import ConfigConflictError, changed_keys, result_inputs
 from .evaluate_stage import evaluate
@@ -132,6 +133,7 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
     selections, info = run_select_stage(config, data, labels)
     store.write_table("selections", selections)
     metrics = evaluate(config, data, labels, info)
+    metrics["equal_compute"] = equal_compute_metrics(data, labels, seed=config.seed)
     manifest = store.read_manifest() if manifest is None else manifest
     costs = manifest.setdefault("costs", {})
     costs["generators"] = token_summary(experiment.candidates())
@@ -155,4 +157,7 @@ def write_report(experiment: Experiment, metrics: dict[str, Any] | None = None,
     manifest = experiment.manifest() if manifest is None else manifest
     plot = plot_curves(metrics, experiment.directory / "coverage.png") if metrics else None
     text = render_markdown(experiment.config.name, metrics, manifest, plot.name if plot else None)
+    equal_compute = metrics.get("equal_compute", {}) if metrics else {}
+    allocation_plot = plot_equal_compute(equal_compute, experiment.directory / "allocation.png", experiment.config.name)
+    text += render_section(equal_compute, allocation_plot.name if allocation_plot else None)
     return experiment.store.write_text("report.md", text)
