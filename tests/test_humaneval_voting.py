@@ -9,7 +9,7 @@ import pytest
 from monkeybarrel.core.selection_data import SelectionData
 from monkeybarrel.selection.base import SELECTORS
 from monkeybarrel.selection.checks import check_selector
-from monkeybarrel.selection.test_voting import TestVoting
+from monkeybarrel.selection.votes import TestVoting
 
 
 def voting_data(votes, texts, problems, problem_texts=None) -> SelectionData:

@@ -17,10 +17,10 @@ import yaml
 from conftest import tiny_config
 from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.core.records import CANDIDATE_SCHEMA
-from monkeybarrel.orchestrator.compat import ConfigConflictError
+from monkeybarrel.orchestrator.config_guard import ConfigConflictError
 from monkeybarrel.orchestrator.runner import run_experiment
 from monkeybarrel.orchestrator.store import ExperimentStore, StoreError
-from monkeybarrel.tasks.files import TaskDataError
+from monkeybarrel.core.files import TaskDataError
 
 
 def _digest(folder: Path) -> dict[str, str]:

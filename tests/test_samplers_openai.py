@@ -1,6 +1,6 @@
 """The ``openai`` backend against a real OpenAI-compatible server on 127.0.0.1.
 
-The server is ``monkeybarrel.samplers.serving.ChatServer`` serving the embedded SmolLM2-135M-Instruct
+The server is ``monkeybarrel.samplers.chat_server.ChatServer`` serving the embedded SmolLM2-135M-Instruct
 (real model outputs); it injects 429/500/stalls to exercise retries. ``vllm serve`` is in the slow
 suite (tests/test_samplers_vllm.py).
 """
@@ -21,8 +21,8 @@ from monkeybarrel.core.plugins import build_plugin  # noqa: E402
 from monkeybarrel.core.records import Problem  # noqa: E402
 from monkeybarrel.orchestrator.runner import run_experiment  # noqa: E402
 from monkeybarrel.samplers.base import SAMPLERS, SampleRequest  # noqa: E402
-from monkeybarrel.samplers.openai_server import OpenAISampler, split_tokens, sub_seed  # noqa: E402
-from monkeybarrel.samplers.serving import ChatServer  # noqa: E402
+from monkeybarrel.samplers.openai_client import OpenAISampler, split_tokens, sub_seed  # noqa: E402
+from monkeybarrel.samplers.chat_server import ChatServer  # noqa: E402
 
 PROBLEMS = [Problem(f"p{i}", "arithmetic", prompt=f"What is {i} + {2 * i + 1}?") for i in range(3)]
 
@@ -161,7 +161,7 @@ def test_an_experiment_through_the_server_verifies_selects_and_reports(server: C
 
 
 def test_swebench_chat_llm_talks_to_an_openai_endpoint_through_this_backend(server: ChatServer):
-    from monkeybarrel.swebench.llm import ChatLLM
+    from monkeybarrel.kits.chat import ChatLLM
 
     llm = ChatLLM(backend="openai_compat", model="smollm2-135m-instruct", max_tokens=8, base_url=server.url)
     try:

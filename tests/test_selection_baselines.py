@@ -41,10 +41,10 @@ def test_every_selector_passes_check_selector(name: str):
     check_selector(selector, skip=("ties", "permutation") if name == "random" else ())
 
 
-@pytest.mark.parametrize("options", [{"dev_fraction": 0.3, "threshold": "search"}, {"n_bins": 4},
-                                     {"normalize": "weaver", "tie_break": "index"}])
+@pytest.mark.parametrize("options", [{"dev_fraction": 0.3, "model__threshold": "search"}, {"model__n_bins": 4},
+                                     {"model__normalize": "weaver", "tie_break": "index"}])
 def test_weaver_variants_pass_check_selector(options):
-    check_selector(SELECTORS.create("weaver", **options))
+    check_selector(SELECTORS.create("weaver").set_params(**options))  # nested parameters, as configs give them
 
 
 class _RowOrder(Selector):

@@ -10,7 +10,7 @@ from sklearn.base import clone
 from monkeybarrel.core.groups import group_argmax
 from monkeybarrel.core.metrics import selection_accuracy
 from monkeybarrel.core.selection_data import SelectionData
-from monkeybarrel.selection.weaver import (ScoreNormalizer, WeaverModel, WeaverSelector, bin_indicators,
+from monkeybarrel.selection.weaver import (ScoreNormalizer, WeaverModel, WeaverSelector, bin_indicators, describe_fit,
                                            fit_latent_class, majority_column)
 
 # Heterogeneous verifiers: strong, weak, one worse than chance (index 8), one missing on 60 % of rows (index 3).
@@ -91,18 +91,22 @@ def test_fit_latent_class_returns_the_mirror_guarded_solution():
     assert np.corrcoef(fit["posterior"], y)[0, 1] > 0.5
 
 
-def test_degenerate_verifiers_are_dropped_with_reasons():
+def test_degenerate_verifiers_are_dropped_with_plain_reasons_and_copies_share_a_vote():
     data, y = latent_class_data(problems=200)
     X = data.scores
     extra = np.column_stack([np.ones(len(y)), np.full(len(y), np.nan), X[:, 0], np.random.default_rng(99).random(len(y))])
-    model = WeaverModel(min_gap=0.03).fit(np.column_stack([X, extra]))
+    model = WeaverModel().fit(np.column_stack([X, extra]))
     m = X.shape[1]
-    assert "positive on 100.0%" in model.dropped_[m]
-    assert "votes on 0.0%" in model.dropped_[m + 1]
-    assert "votes like column 0" in model.dropped_[m + 2]
-    assert "near random" in model.dropped_[m + 3]
-    assert model.keep_[:m].all() and not model.keep_[m:].any()
-    assert np.isnan(model.tpr_[m:]).all() and np.all(model.weights_[:, m:] == 0)
+    assert model.dropped_ == {m: "constant: every vote positive", m + 1: "no scores: missing on every candidate"}
+    assert np.isnan(model.tpr_[m:m + 2]).all() and np.all(model.weights_[:, m:m + 2] == 0)
+    # an exact copy of column 0 is kept, and the two share one vote; the random column is near random
+    assert model.dependence_[m + 2][0] == 0 and model.dependence_[0][0] == m + 2
+    assert np.allclose(model.dependence_weights_[[0, m + 2]], 0.5, atol=0.02)
+    assert model.near_random_[m + 3] and not model.near_random_[:m].any()
+    notes = describe_fit(model, [f"v{j}" for j in range(m + 4)])
+    assert f"dropped v{m}: constant: every vote positive" in notes
+    assert any(note.startswith(f"down-weighted v{m + 2} to 0.5") and "votes like v0" in note for note in notes)
+    assert any(note.startswith(f"v{m + 3} is near random") for note in notes)
 
 
 def test_fewer_than_three_usable_verifiers_fall_back_to_vote_counting():
@@ -115,7 +119,7 @@ def test_fewer_than_three_usable_verifiers_fall_back_to_vote_counting():
 
 def test_sklearn_contract_and_nan_input():
     data, _ = latent_class_data(problems=100)
-    model = WeaverModel(min_gap=0.0)
+    model = WeaverModel()
     assert clone(model).get_params() == model.get_params()
     assert not [k for k in vars(model) if k.endswith("_")]
     fitted = model.fit(data.scores)
@@ -163,7 +167,7 @@ def test_more_bins_use_more_of_continuous_scores():
                      "sample_index": np.tile(np.arange(candidates), problems)})
     data = SelectionData.build(keys, X, tuple(f"v{j}" for j in range(8)))
     two = selection_accuracy(WeaverSelector(majority_verifier=False).fit(data).select(data), y)
-    six = WeaverSelector(majority_verifier=False, n_bins=6).fit(data)
+    six = WeaverSelector(majority_verifier=False, model=WeaverModel(n_bins=6)).fit(data)
     assert six.model_.theta_.shape == (2, 6, 8) and np.allclose(six.model_.theta_.sum(axis=1), 1)
     assert selection_accuracy(six.select(data), y) >= two
     order = np.argsort(np.linspace(0.3, 1.2, 8))  # estimated separation follows the true one
@@ -179,7 +183,7 @@ def test_majority_pseudo_verifier_marks_the_modal_answers():
 
 def test_dev_labels_only_of_dev_problems_are_used():
     data, y = latent_class_data(problems=200)
-    selector = WeaverSelector(majority_verifier=False, dev_fraction=0.1, threshold="search", seed=4)
+    selector = WeaverSelector(majority_verifier=False, dev_fraction=0.1, model=WeaverModel(threshold="search"), seed=4)
     assert selector.uses_labels and not WeaverSelector().uses_labels
     fitted = selector.fit(data, y)
     dev = fitted.dev_rows_
@@ -188,7 +192,7 @@ def test_dev_labels_only_of_dev_problems_are_used():
     assert fitted.model_.threshold_ in np.round(np.arange(0.05, 0.951, 0.05), 2)
     changed = y.copy()
     changed[~dev] = ~changed[~dev]  # labels outside the dev problems must not matter
-    refit = WeaverSelector(majority_verifier=False, dev_fraction=0.1, threshold="search", seed=4).fit(data, changed)
+    refit = WeaverSelector(majority_verifier=False, dev_fraction=0.1, model=WeaverModel(threshold="search"), seed=4).fit(data, changed)
     assert np.array_equal(refit.model_.weights_, fitted.model_.weights_)
     with pytest.raises(ValueError, match="needs labels"):
         WeaverModel(threshold="search").fit(data.scores)
@@ -212,13 +216,13 @@ def test_ties_go_to_the_higher_mean_score_then_the_index():
     keys = pa.concat_tables([keys, pa.table({"problem_id": [f"x{i}" for i in range(194)], "generator_id": ["g"] * 194,
                                              "sample_index": [0] * 194})])
     data = SelectionData.build(keys, scores, ("a", "b", "c", "d"))
-    selector = WeaverSelector(majority_verifier=False, min_gap=0.0).fit(data)
+    selector = WeaverSelector(majority_verifier=False).fit(data)
     scores_p = selector.decision_function(data)[:6]
     assert scores_p[0] == scores_p[1] == scores_p[2]  # all above every cutoff: the same votes
     chosen = selector.select(data)
     assert chosen[0] == 0  # candidate 0 has the highest raw scores
     assert chosen[1] == 4  # q: 4 and 5 are identical, the smaller sample index wins
-    index_rule = WeaverSelector(majority_verifier=False, min_gap=0.0, tie_break="index").fit(data).select(data)
+    index_rule = WeaverSelector(majority_verifier=False, tie_break="index").fit(data).select(data)
     assert index_rule[0] == 0 and index_rule[1] == 4
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
-from monkeybarrel.swebench.containers import ContainerPool, Execution, Workspace
-from monkeybarrel.swebench.evaluate import evaluate_patches
-from monkeybarrel.swebench.predictions import read_predictions
-from monkeybarrel.swebench.retrieval import repo_files
-from monkeybarrel.swebench.voting import run_vote_matrix
+from monkeybarrel.kits.swebench.containers import ContainerPool, Execution, Workspace
+from monkeybarrel.kits.swebench.evaluate import evaluate_patches
+from monkeybarrel.kits.swebench.predictions import read_predictions
+from monkeybarrel.kits.swebench.retrieval import repo_files
+from monkeybarrel.kits.swebench.voting import run_vote_matrix
 
 pytestmark = pytest.mark.docker
 
@@ -114,7 +114,7 @@ class ScriptedChat:
 
 
 def test_state_machine_protocol_in_lockstep(instances, pool):
-    from monkeybarrel.swebench.state_machine import SelectionJob, SelectionStateMachine
+    from monkeybarrel.kits.swebench.state_machine import SelectionJob, SelectionStateMachine
 
     a, b = instances["inflection__inflection-0004"], instances["parse__parse-0001"]
     wrong = read_predictions(TASKSET / "predictions" / "mutants.jsonl")[a.instance_id][0]["model_patch"]
@@ -140,7 +140,7 @@ def test_state_machine_protocol_in_lockstep(instances, pool):
 
 
 def test_state_machine_stops_at_max_attempts(instances, pool):
-    from monkeybarrel.swebench.state_machine import SelectionJob, SelectionStateMachine
+    from monkeybarrel.kits.swebench.state_machine import SelectionJob, SelectionStateMachine
 
     a = instances["inflection__inflection-0004"]
     chat = ScriptedChat({a.problem_statement.split("\n")[0]: ["nothing"] * 5})

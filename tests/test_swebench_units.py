@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from monkeybarrel.swebench.diffs import MalformedPatch, is_trivial, normalize_patch
-from monkeybarrel.swebench.harness import read_reports, rounds
-from monkeybarrel.swebench.predictions import read_predictions
-from monkeybarrel.swebench.retrieval import rank_files, tokenize
-from monkeybarrel.swebench.schema import SWEInstance, load_instances, write_instances
-from monkeybarrel.swebench.state_machine import barrel_of_monkeys
-from monkeybarrel.swebench.voting import expected_tie_accuracy, extract_script, rank_candidates
-from monkeybarrel.tasks.files import TaskDataError
+from monkeybarrel.kits.swebench.diffs import MalformedPatch, is_trivial, normalize_patch
+from monkeybarrel.kits.swebench.harness import read_reports, rounds
+from monkeybarrel.kits.swebench.predictions import read_predictions
+from monkeybarrel.kits.swebench.retrieval import rank_files, tokenize
+from monkeybarrel.kits.swebench.schema import SWEInstance, load_instances, write_instances
+from monkeybarrel.kits.swebench.state_machine import barrel_of_monkeys
+from monkeybarrel.kits.swebench.voting import expected_tie_accuracy, extract_script, rank_candidates
+from monkeybarrel.core.files import TaskDataError
 
 ROW = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "problem_statement": "x is wrong",
        "patch": "diff", "test_patch": "", "FAIL_TO_PASS": json.dumps(["t.py::a"]), "PASS_TO_PASS": "[]",

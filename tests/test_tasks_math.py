@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from monkeybarrel.tasks.arithmetic import ArithmeticTask
-from monkeybarrel.tasks.files import TaskDataError
+from monkeybarrel.core.files import TaskDataError
 from monkeybarrel.tasks.gsm8k import GSM8KTask
-from monkeybarrel.tasks.math_answers import answer_key, is_equivalent, reference_from_solution
+from monkeybarrel.kits.math_answers import answer_key, is_equivalent, reference_from_solution
 from monkeybarrel.tasks.math_dataset import MathTask
 
 

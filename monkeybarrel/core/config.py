@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -97,6 +97,11 @@ class EvaluateSpec(_Strict):
     """Values of k for coverage (pass@k) and majority@k; default 1, 2, 4, ... up to n."""
     majority_trials: int = Field(256, ge=1)
     """Random subsets per problem for the majority@k estimate at k < n."""
+    selector_trials: int = Field(8, ge=0)
+    """Random k-subsets of every problem's candidates on which each selector is refitted and scored for
+    its accuracy against k (averaged; exact at k = n); 0 = no selector curves."""
+    selector_curves: list[str] | None = None
+    """Selector names (``selectors[].name``) that get an accuracy-against-k curve; default: all."""
 
 
 class StoreSpec(_Strict):
@@ -252,6 +257,3 @@ def fingerprint(data: Any) -> str:
     """A stable short hash of plain data (dict keys sorted)."""
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-Stage = Literal["sample", "verify", "select", "evaluate"]

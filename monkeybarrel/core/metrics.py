@@ -8,32 +8,33 @@ from scipy.special import gammaln
 from .groups import group_argmax, group_sizes, group_sum
 
 
-def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+def pass_at_k(n: np.ndarray, c: np.ndarray, k: int | np.ndarray) -> np.ndarray:
     """Unbiased pass@k per problem: ``1 - C(n-c, k) / C(n, k)`` (Chen et al., 2021).
+
+    ``n``, ``c`` and ``k`` broadcast against each other, so ``pass_at_k(n[:, None], c[:, None], ks[None, :])``
+    gives a ``[P, K]`` grid in one call (log-gamma arithmetic, no huge binomials).
 
     Args:
         n: ``[P]`` samples per problem.
         c: ``[P]`` correct samples per problem.
-        k: samples drawn.
+        k: samples drawn (an int or an array broadcastable with ``n``).
 
     Returns:
-        ``[P]`` float; NaN where ``k > n``.
+        float array of the broadcast shape; NaN where ``k > n``.
 
     Examples:
         >>> pass_at_k(np.array([4]), np.array([1]), 2).round(3).tolist()
         [0.5]
     """
-    n = np.asarray(n, dtype=np.float64)
-    c = np.asarray(c, dtype=np.float64)
-    out = np.full(n.shape, np.nan)
+    n, c, k = np.broadcast_arrays(np.asarray(n, dtype=np.float64), np.asarray(c, dtype=np.float64),
+                                  np.asarray(k, dtype=np.float64))
     valid = k <= n
-    all_fail_possible = valid & (n - c >= k)
-    nn, cc = n[all_fail_possible], c[all_fail_possible]
-    log_ratio = gammaln(nn - cc + 1) - gammaln(nn - cc - k + 1) - gammaln(nn + 1) + gammaln(nn - k + 1)
-    out[all_fail_possible] = 1.0 - np.exp(log_ratio)
-    out[valid & ~all_fail_possible] = 1.0
-    out[valid & (c == 0)] = 0.0
-    return out
+    can_all_fail = valid & (n - c >= k)
+    safe_k = np.where(can_all_fail, k, 0.0)
+    log_ratio = gammaln(n - c + 1) - gammaln(n - c - safe_k + 1) - gammaln(n + 1) + gammaln(n - safe_k + 1)
+    out = np.where(can_all_fail, -np.expm1(np.where(can_all_fail, log_ratio, 0.0)), 1.0)
+    out = np.where(valid & (c == 0), 0.0, out)
+    return np.where(valid, out, np.nan)
 
 
 def coverage_curve(labels: np.ndarray, groups: np.ndarray, n_groups: int, ks: list[int]) -> dict[int, float]:

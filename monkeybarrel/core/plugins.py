@@ -18,7 +18,8 @@ def build_plugin(registry: Registry[T], name: str, key_path: str, /, **kwargs: A
         registry: where ``name`` is registered.
         name: the registered name (from the config).
         key_path: the config path of the entry, e.g. ``verifiers[2]``, used in error messages.
-        **kwargs: constructor arguments (the entry's fixed fields plus its ``options``).
+        **kwargs: constructor arguments (the entry's fixed fields plus its ``options``); names with
+            ``__`` are nested scikit-learn parameters (``model__threshold``), set with ``set_params``.
 
     Raises:
         ConfigError: unknown name, unknown option, or an option the constructor rejects.
@@ -27,6 +28,10 @@ def build_plugin(registry: Registry[T], name: str, key_path: str, /, **kwargs: A
         factory = registry.get(name)
     except UnknownNameError as exc:
         raise ConfigError(f"{key_path}: {exc}") from None
+    nested = {k: kwargs.pop(k) for k in [k for k in kwargs if "__" in k]}
+    if nested and not hasattr(factory, "set_params"):
+        raise ConfigError(f"{key_path}.options: {registry.kind} {name!r} has no nested parameters "
+                          f"(got {sorted(nested)})")
     signature = inspect.signature(factory)
     accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     if not accepts_any:
@@ -38,6 +43,7 @@ def build_plugin(registry: Registry[T], name: str, key_path: str, /, **kwargs: A
                 f"expected some of {sorted(set(allowed) - {'spec', 'seed'})}"
             )
     try:
-        return factory(**kwargs)
+        built = factory(**kwargs)
+        return built.set_params(**nested) if nested else built
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{key_path}: cannot build {registry.kind} {name!r}: {exc}") from None

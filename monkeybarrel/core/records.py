@@ -184,8 +184,3 @@ def candidates_to_table(candidates: Iterable[Candidate]) -> pa.Table:
 def candidates_from_table(table: pa.Table) -> list[Candidate]:
     """Arrow table with CANDIDATE_SCHEMA -> Candidates."""
     return [Candidate(**row) for row in table.select(CANDIDATE_SCHEMA.names).to_pylist()]
-
-
-def empty_table(schema: pa.Schema) -> pa.Table:
-    """A zero-row table of ``schema``."""
-    return schema.empty_table()

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Iterable
@@ -43,10 +42,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.config import EvaluateSpec, ExperimentConfig, GeneratorSpec, SelectorSpec, TaskSpec, VerifierSpec
-from ..core.records import ANSWER_SCHEMA, CANDIDATE_SCHEMA, LABEL_SCHEMA, SCORE_SCHEMA, Problem, problems_to_table
+from ..core.records import Problem
 from ..orchestrator.experiment import Experiment
-from ..orchestrator.manifest import new_manifest
-from ..orchestrator.store import ExperimentStore, StoreError
+from ..orchestrator.store import StoreError
+from .precomputed import write_precomputed
 
 HUB_DATASETS = {
     "math500-8b": "hazyresearch/MATH-500_with_Llama_3.1_8B_Instruct_v1",
@@ -73,7 +72,7 @@ DEFAULT_SELECTORS = (
     SelectorSpec(name="best single (oracle pick)", type="best_single_labeled"),
     SelectorSpec(name="naive ensemble", type="naive_ensemble"),
     SelectorSpec(name="weaver", type="weaver"),
-    SelectorSpec(name="weaver (1% dev labels)", type="weaver", options={"dev_fraction": 0.01, "threshold": "search"}),
+    SelectorSpec(name="weaver (1% dev labels)", type="weaver", options={"dev_fraction": 0.01, "model__threshold": "search"}),
     SelectorSpec(name="supervised (5-fold LR)", type="supervised"),
 )
 
@@ -209,11 +208,6 @@ def load_weaver_dataset(source: str, out_dir: str | Path, *, split: str = "data"
         for column in columns:
             scores[column].append(_per_sample(row.get(column), k, column, index, origin))
 
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not force:
-            raise StoreError(f"{out_dir}: not empty; pass force=True (--force) to replace it")
-        shutil.rmtree(out_dir)
     selector_specs = list(selectors)
     if include_weaver_scores:  # the released Weaver output is a reference row, never an ensemble input
         inputs = [c for c in columns if c != "weaver_scores"]
@@ -226,26 +220,9 @@ def load_weaver_dataset(source: str, out_dir: str | Path, *, split: str = "data"
         generators=[GeneratorSpec(id=generator, backend="precomputed", model=generator, num_samples=max_samples)],
         verifiers=[VerifierSpec(name=c, type="precomputed") for c in columns], selectors=selector_specs,
         evaluate=EvaluateSpec())
-    store = ExperimentStore(out_dir)
-    store.write_text("config.yaml", config.to_yaml())
-    manifest = new_manifest(config)
-    manifest["source"] = {"dataset": origin, "split": split, "where": where, "rows": len(rows)}
-    store.write_manifest(manifest)
-    store.write_table("problems", problems_to_table(problems))
-    key_columns = {"problem_id": [k[0] for k in keys], "generator_id": [generator] * len(keys),
-                   "sample_index": [k[1] for k in keys]}
-    store.append_chunk("candidates", pa.table({
-        **key_columns, "text": texts, "prompt_tokens": [0] * len(keys), "completion_tokens": [0] * len(keys),
-        "finish_reason": ["stop"] * len(keys), "wall_time_s": [0.0] * len(keys), "seed": [None] * len(keys),
-        "error": [None] * len(keys)}, schema=CANDIDATE_SCHEMA))
-    store.write_table("answers", pa.table({**key_columns, "answer": answers}, schema=ANSWER_SCHEMA))
-    store.write_table("labels", pa.table({**key_columns, "correct": labels}, schema=LABEL_SCHEMA))
-    for column in columns:
-        values = np.concatenate(scores[column])
-        store.append_chunk(f"scores/{column}", pa.table({
-            **key_columns, "verifier": [column] * len(keys), "score": values,
-            "error": np.where(np.isnan(values), "missing in the released data", None).tolist()}, schema=SCORE_SCHEMA))
-    return Experiment(out_dir)
+    return write_precomputed(out_dir, config, problems, [(p, generator, i) for p, i in keys], texts, answers, labels,
+                             scores={c: np.concatenate(scores[c]) for c in columns},
+                             source={"dataset": origin, "split": split, "where": where, "rows": len(rows)}, force=force)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,6 @@ needed inside a decode step (the query is the newest token; its own key is the l
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 __all__ = [
@@ -174,8 +172,3 @@ def replicated_attention_reference(
 def roofline_bytes(B: int, P: int, S: int, Hkv: int, D: int, elem_bytes: int = 2) -> int:
     """Fewest HBM bytes one shared-prefix decode step must read: prefix K,V once + every suffix K,V."""
     return 2 * (P + B * S) * Hkv * D * elem_bytes
-
-
-def default_scale(D: int) -> float:
-    """Softmax scale used when none is given: ``1 / sqrt(D)``."""
-    return 1.0 / math.sqrt(D)

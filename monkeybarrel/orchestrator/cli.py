@@ -1,4 +1,4 @@
-"""Command line: ``monkeybarrel run | demo | report | validate``."""
+"""Command line: ``monkeybarrel run | demo | report | validate | reproduce``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ..core.config import ConfigError, ExperimentConfig
 from ..core.registry import UnknownNameError
-from ..tasks.files import TaskDataError
-from .compat import ConfigConflictError
+from ..core.files import TaskDataError
+from .config_guard import ConfigConflictError
 from .store import StoreError
 
 console = Console()
@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="validate a config file and print it resolved")
     validate.add_argument("config", type=Path)
+
+    reproduce = sub.add_parser("reproduce", help="a paper's table beside ours, on the paper's released data")
+    reproduce.add_argument("recipe", help="recipe name, or `list`")
+    reproduce.add_argument("--data", default=None, help="local copy of the released data (default: load from the hub)")
+    reproduce.add_argument("--out", type=Path, default=None, help="output directory (default: runs/reproduce/<recipe>)")
     return parser
 
 
@@ -83,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     from .runner import evaluate_and_report, run_experiment
 
     try:
+        if args.command == "reproduce":
+            from ..experiments.reproduce.command import reproduce
+
+            return reproduce(args.recipe, args.data, args.out, console)
         if args.command == "validate":
             console.print(ExperimentConfig.from_yaml(args.config).to_yaml(), highlight=False)
             return 0

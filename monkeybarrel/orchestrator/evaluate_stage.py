@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 
 from ..core.config import ExperimentConfig
-from ..core.groups import group_argmax
+from ..core.groups import group_argmax, group_sizes, group_sum
 from ..core.metrics import coverage_curve, default_ks, majority_curve, selection_accuracy
+from ..core.scaling_laws import coverage_at_k, fit_coverage_law, log_spaced_ks
 from ..core.selection_data import SelectionData
 
 
@@ -29,6 +30,7 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
         "selection": {},
         "per_generator": {},
         "verifiers": {},
+        "scaling_law": {},
     }
     if data.n_candidates == 0:
         return metrics
@@ -42,8 +44,14 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
             "uses_labels": info["uses_labels"],
             "type": info["type"],
             "abstained": int((info["chosen"] < 0).sum()),
+            "notes": list(info.get("notes", [])),
         }
+        heldout = info.get("heldout")
+        if heldout is not None and heldout.any():  # fitted on the other problems: not transductive
+            metrics["selection"][name]["heldout"] = {
+                "problems": int(heldout.sum()), "accuracy": selection_accuracy(info["chosen"][heldout], labels)}
     metrics["verifiers"] = verifier_quality(data, labels)
+    metrics["scaling_law"] = scaling_laws(data, labels, n_min)
     for generator in sorted(set(data.generator_id.astype(str))):
         rows = data.generator_id.astype(str) == generator
         sub = data.subset(np.flatnonzero(rows))
@@ -72,3 +80,28 @@ def verifier_quality(data: SelectionData, labels: np.ndarray) -> dict[str, dict[
             "auroc": float(roc_auc_score(labels[finite], scores[finite])) if both_classes else float("nan"),
         }
     return quality
+
+
+LAW_TARGETS = (0.5, 0.9, 0.99)
+"""Coverage levels for which ``metrics.json`` reports the samples the fitted law needs."""
+
+
+def scaling_laws(data: SelectionData, labels: np.ndarray, k_max: int) -> dict[str, dict[str, float]]:
+    """``c(k) = exp(a k^b)`` fitted to the coverage curve of all candidates and of each generator (on
+    k = 1..``k_max`` evenly spaced in log k), with the samples each needs for ``LAW_TARGETS`` coverage;
+    ``{}`` when fewer than two samples per problem."""
+    if k_max < 2:
+        return {}
+    generators = data.generator_id.astype(str)
+    names = ["all", *sorted(set(generators))] if len(set(generators)) > 1 else ["all"]
+    n = np.zeros((len(names), data.n_problems))
+    c = np.zeros_like(n)
+    for m, name in enumerate(names):
+        rows = np.ones(labels.size, bool) if name == "all" else generators == name
+        n[m] = group_sizes(data.groups[rows], data.n_problems)
+        c[m] = group_sum(labels[rows].astype(np.float64), data.groups[rows], data.n_problems)
+    ks = log_spaced_ks(k_max)
+    law = fit_coverage_law(ks, coverage_at_k(n, c, ks))
+    needed = {t: law.samples_for(t) for t in LAW_TARGETS}
+    return {name: {**law.row(m), **{f"samples_for_{t}": float(needed[t][m]) for t in LAW_TARGETS}}
+            for m, name in enumerate(names)}

@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ..core.config import ExperimentConfig, fingerprint
-from .compat import result_inputs
+from .config_guard import result_inputs
 
 _PACKAGES = ("monkeybarrel", "numpy", "pyarrow", "torch", "transformers", "math-verify", "scikit-learn",
              "pydantic", "vllm", "ray", "docker")

@@ -6,6 +6,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from .coverage_plot import draw_law
+
 
 def _pct(value: float | None) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
@@ -23,11 +27,28 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
         lines.append(f"| {k} | {_pct(metrics['coverage'].get(str(k)))} | {_pct(metrics['majority'].get(str(k)))} |")
     lines += ["", "coverage: unbiased pass@k = 1 - C(n-c,k)/C(n,k); majority@k: mean over random k-subsets "
               "(exact at k = n); truncated or failed samples do not vote.", ""]
+    lines += scaling_law_lines(metrics.get("scaling_law", {}))
+    curves = metrics.get("accuracy_vs_k", {})
+    if curves:
+        lines += ["## Selection accuracy against k", "", "| k | coverage (%) | " + " | ".join(f"{m} (%)" for m in curves) + " |",
+                  "|---:|---:|" + "---:|" * len(curves)]
+        for k in metrics.get("ks", []):
+            lines.append(f"| {k} | {_pct(metrics['coverage'].get(str(k)))} | "
+                         + " | ".join(_pct(curve.get(str(k))) for curve in curves.values()) + " |")
+        lines += ["", "Each selector refitted on random k-subsets of every problem's candidates (the same subsets "
+                  "for all), accuracy averaged; exact at k = n.", ""]
     if plot_name:
-        lines += [f"![coverage and majority accuracy against k]({plot_name})", ""]
+        lines += [f"![coverage and selection accuracy against k]({plot_name})", ""]
     lines += ["## Selection", "", "| method | accuracy (%) | uses labels | abstained |", "|---|---:|:---:|---:|"]
+    notes = []
     for method, info in metrics.get("selection", {}).items():
         lines.append(f"| {method} | {_pct(info['accuracy'])} | {'yes' if info['uses_labels'] else 'no'} | {info['abstained']} |")
+        if info.get("heldout"):
+            notes.append(f"{method}: {_pct(info['heldout']['accuracy'])} % on the {info['heldout']['problems']} "
+                         "problems it was not fitted on")
+        notes += [f"{method}: {note}" for note in info.get("notes", [])]
+    if notes:
+        lines += [""] + [f"- {note}" for note in notes]
     if metrics.get("verifiers"):
         lines += ["", "## Verifiers (against the labels: evaluation only)", "",
                   "| verifier | failed (%) | top-1 accuracy (%) | AUROC |", "|---|---:|---:|---:|"]
@@ -70,8 +91,33 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     return "\n".join(lines) + "\n"
 
 
+def _samples(value: float) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    return "never" if math.isinf(value) else f"{value:,.0f}"
+
+
+def scaling_law_lines(laws: dict[str, dict[str, float]]) -> list[str]:
+    """The "Coverage scaling law" section: a, b, fit error and samples for 50/90/99 % per curve."""
+    fitted = {name: law for name, law in laws.items() if not math.isnan(law.get("a", float("nan")))}
+    if not fitted:
+        return []
+    targets = sorted(float(key.split("_")[-1]) for key in next(iter(fitted.values())) if key.startswith("samples_for_"))
+    lines = ["## Coverage scaling law", "",
+             "| curve | a | b | fit error (mean ± std) | " + " | ".join(f"k for {100 * t:g}%" for t in targets) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len(targets)]
+    for name, law in fitted.items():
+        lines.append(f"| {name} | {law['a']:.3f} | {law['b']:.3f} | {law['error_mean']:.4f} ± {law['error_std']:.4f} | "
+                     + " | ".join(_samples(law[f'samples_for_{t}']) for t in targets) + " |")
+    k_max = max(law["k_max"] for law in fitted.values())
+    lines += ["", f"c(k) = exp(a k^b) (Large Language Monkeys, Eq. 3) fitted to log coverage on k = 1..{k_max:g} "
+              "(evenly spaced in log k); fit error = |coverage - fit| over those points; k beyond "
+              f"{k_max:g} is a forecast.", ""]
+    return lines
+
+
 def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
-    """Coverage and majority@k against k (log2 axis) as a PNG; None when there is nothing to plot."""
+    """Coverage, majority@k and each selector's accuracy against k (log2 axis) as a PNG; None when there is nothing to plot."""
     ks = metrics.get("ks", [])
     if not ks or not metrics.get("coverage"):
         return None
@@ -83,8 +129,17 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     ax.plot(ks, [100 * metrics["coverage"][str(k)] for k in ks], "o-", label="coverage (pass@k)")
     ax.plot(ks, [100 * metrics["majority"][str(k)] for k in ks], "s-", label="majority@k")
+    law = metrics.get("scaling_law", {}).get("all")
+    if law and not math.isnan(law["a"]):
+        draw_law(ax, np.asarray(ks), law["a"], law["b"], color="C0", k_max=law["k_max"],
+                 label=f"fit exp({law['a']:.2f} k^{law['b']:.2f})")
+    curves = metrics.get("accuracy_vs_k", {})
+    colours = plt.get_cmap("tab10").colors
+    for index, (name, curve) in enumerate(curves.items()):  # one colour per selector
+        points = [(k, 100 * curve[str(k)]) for k in ks if str(k) in curve]
+        ax.plot(*zip(*points), ".-", color=colours[(index + 2) % len(colours)], label=name)
     for name, info in metrics.get("selection", {}).items():
-        if not info["uses_labels"] and not name.startswith("random"):
+        if name not in curves and not info["uses_labels"] and not name.startswith("random"):
             ax.axhline(100 * info["accuracy"], linestyle=":", linewidth=1, label=f"{name} (all samples)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])

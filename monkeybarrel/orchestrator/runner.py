@@ -12,9 +12,10 @@ from ..core.config import ExperimentConfig
 from ..core.plugins import build_plugin
 from ..core.records import Problem, problems_from_table, problems_to_table
 from ..tasks.base import TASKS, Task
+from .accuracy_vs_k import accuracy_vs_k
 from .allocation_report import equal_compute_metrics, plot_equal_compute, render_section
 from .allocation_rounds import configured_policy, run_allocated_sampling, uses_rounds
-from .compat import ConfigConflictError, changed_keys, result_inputs
+from .config_guard import ConfigConflictError, changed_keys, result_inputs
 from .evaluate_stage import evaluate
 from .experiment import Experiment
 from .label_stage import run_label_stage
@@ -133,6 +134,7 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
     selections, info = run_select_stage(config, data, labels)
     store.write_table("selections", selections)
     metrics = evaluate(config, data, labels, info)
+    metrics["accuracy_vs_k"] = accuracy_vs_k(config, data, labels, metrics["ks"])
     metrics["equal_compute"] = equal_compute_metrics(data, labels, seed=config.seed)
     manifest = store.read_manifest() if manifest is None else manifest
     costs = manifest.setdefault("costs", {})

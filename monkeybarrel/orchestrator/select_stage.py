@@ -11,7 +11,7 @@ from ..core.config import ExperimentConfig, SelectorSpec
 from ..core.plugins import build_plugin
 from ..core.records import SELECTION_SCHEMA
 from ..core.selection_data import SelectionData
-from ..selection.base import SELECTORS
+from ..selection.base import SELECTORS, Selector
 
 REFERENCE_SELECTORS = (
     SelectorSpec(name="random (pass@1)", type="random"),
@@ -33,14 +33,7 @@ def run_select_stage(config: ExperimentConfig, data: SelectionData, labels: np.n
     tables, info = [], {}
     for index, spec in enumerate(specs):
         key_path = f"selectors[{index}]" if index < len(configured) else f"reference selector {spec.name!r}"
-        options = dict(spec.options)
-        if spec.type == "random":
-            options.setdefault("seed", config.seed)
-        selector = build_plugin(SELECTORS, spec.type, key_path, **options)
-        if selector.uses_labels:
-            selector.fit(data, labels)
-        else:
-            selector.fit(data)
+        selector = fit_selector(build_selector(config, spec, key_path), data, labels)
         chosen = selector.select(data)
         scores = selector.decision_function(data)
         made = chosen >= 0
@@ -52,5 +45,21 @@ def run_select_stage(config: ExperimentConfig, data: SelectionData, labels: np.n
                                      mask=~made, type=pa.int32()),
             "score": np.where(made, scores[np.maximum(chosen, 0)], np.nan),
         }, schema=SELECTION_SCHEMA))
-        info[spec.name] = {"type": spec.type, "uses_labels": bool(selector.uses_labels), "chosen": chosen}
+        info[spec.name] = {"type": spec.type, "uses_labels": bool(selector.uses_labels), "chosen": chosen,
+                           "notes": selector.notes()}
+        if hasattr(selector, "heldout_problems"):
+            info[spec.name]["heldout"] = selector.heldout_problems(data)
     return pa.concat_tables(tables) if tables else SELECTION_SCHEMA.empty_table(), info
+
+
+def build_selector(config: ExperimentConfig, spec: SelectorSpec, key_path: str) -> Selector:
+    """The unfitted selector of ``spec`` (``random`` draws with the experiment's seed unless given one)."""
+    options = dict(spec.options)
+    if spec.type == "random":
+        options.setdefault("seed", config.seed)
+    return build_plugin(SELECTORS, spec.type, key_path, **options)
+
+
+def fit_selector(selector: Selector, data: SelectionData, labels: np.ndarray) -> Selector:
+    """Fit on ``data``; only a label-based selector is given the labels."""
+    return selector.fit(data, labels) if selector.uses_labels else selector.fit(data)

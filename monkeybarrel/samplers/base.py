@@ -1,4 +1,4 @@
-"""The Sampler protocol and registry.
+"""The Sampler protocol (its registry ``SAMPLERS`` and ``SampleRequest`` live in ``core.sampling``).
 
 A sampler draws candidates for requests of the form "these sample indices of this problem,
 with this seed" and yields each request's candidates as soon as they are done, so the runner can
@@ -7,33 +7,16 @@ store them in chunks. A request that fails yields error candidates instead of ra
 
 from __future__ import annotations
 
-import hashlib
 import time
 import traceback
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate, Problem
-from ..core.registry import Registry
+from ..core.sampling import SAMPLERS, SampleRequest, request_seed
 
-SAMPLERS: Registry["Sampler"] = Registry("sampler", package="monkeybarrel.samplers")
-
-
-@dataclass(frozen=True)
-class SampleRequest:
-    """Draw ``sample_indices`` of ``problem`` with random seed ``seed``."""
-
-    problem: Problem
-    sample_indices: tuple[int, ...]
-    seed: int
-
-
-def request_seed(base_seed: int, generator_id: str, problem_id: str, first_index: int) -> int:
-    """A 63-bit seed that depends only on what is sampled, not on batching or resume order."""
-    digest = hashlib.sha256(f"{base_seed}/{generator_id}/{problem_id}/{first_index}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
+__all__ = ["SAMPLERS", "SampleRequest", "Sampler", "request_seed"]
 
 
 class Sampler(ABC):
@@ -86,8 +69,3 @@ class Sampler(ABC):
 
     def close(self) -> None:
         """Release resources (servers, actors, GPU memory)."""
-
-
-def check_sequence(values: Sequence[int], name: str) -> None:
-    if len(set(values)) != len(values):
-        raise ValueError(f"{name} has duplicates: {values}")

@@ -10,11 +10,13 @@ label-based.
 
 from __future__ import annotations
 
-import inspect
+import functools
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from ..core.groups import group_argmax
 from ..core.registry import Registry
@@ -23,23 +25,32 @@ from ..core.selection_data import SelectionData
 SELECTORS: Registry["Selector"] = Registry("selector", package="monkeybarrel.selection")
 
 
-class Selector(ABC):
-    """Base class of every selection method."""
+class Selector(BaseEstimator, ABC):
+    """Base class of every selection method: a scikit-learn estimator (``get_params(deep=True)``,
+    nested ``set_params``, ``sklearn.clone``) over ``SelectionData``.
+
+    ``decision_function`` and ``select`` raise sklearn's ``NotFittedError`` before ``fit``.
+    """
 
     uses_labels: ClassVar[bool] = False
     """True for supervised or oracle methods: ``fit`` then receives ground-truth labels."""
 
-    def get_params(self) -> dict[str, Any]:
-        """Hyper-parameters, read from the ``__init__`` signature (scikit-learn convention)."""
-        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
-        return {name: getattr(self, name) for name in names}
+    requires_fit: ClassVar[bool] = True
+    """False for stateless selectors (scores from the data alone): they may select without ``fit``."""
 
-    def set_params(self, **params: Any) -> "Selector":
-        for name, value in params.items():
-            if name not in self.get_params():
-                raise ValueError(f"{type(self).__name__} has no parameter {name!r}")
-            setattr(self, name, value)
-        return self
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("decision_function", "select"):  # both need a fitted selector
+            if name in cls.__dict__:
+                setattr(cls, name, _requires_fit(cls.__dict__[name]))
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return getattr(self, "_fitted", False) or not self.requires_fit
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = self.requires_fit
+        return tags
 
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "Selector":
         """Learn from the data (label-free unless ``uses_labels``); returns self."""
@@ -49,7 +60,12 @@ class Selector(ABC):
             raise TypeError(f"{type(self).__name__} needs labels: fit(data, labels)")
         if labels is not None and np.shape(labels) != (data.n_candidates,):
             raise ValueError(f"labels must be [{data.n_candidates}] (one per candidate), got shape {np.shape(labels)}")
+        self._fitted = True
         return self
+
+    def notes(self) -> list[str]:
+        """Plain-word remarks on the fit for the report (drops, fallbacks, warnings); none by default."""
+        return []
 
     @abstractmethod
     def decision_function(self, data: SelectionData) -> np.ndarray:
@@ -62,6 +78,11 @@ class Selector(ABC):
     def fit_select(self, data: SelectionData, labels: np.ndarray | None = None) -> np.ndarray:
         return self.fit(data, labels).select(data)
 
-    def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({params})"
+
+def _requires_fit(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def checked(self: Selector, *args: Any, **kwargs: Any) -> Any:
+        check_is_fitted(self)
+        return method(self, *args, **kwargs)
+
+    return checked

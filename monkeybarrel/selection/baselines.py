@@ -78,7 +78,7 @@ class BestSingle(Selector):
         names = [data.verifiers[c] for c in columns]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # too few verifiers: vote-count fallback, gap unknown
-            model = WeaverModel(normalize=self.normalize, threshold=self.threshold, min_gap=0.0).fit(data.scores[:, columns])
+            model = WeaverModel(normalize=self.normalize, threshold=self.threshold).fit(data.scores[:, columns])
         gap = model.tpr_ - model.fpr_
         self.estimated_gap_ = {name: float(g) for name, g in zip(names, gap) if np.isfinite(g)}
         if self.estimated_gap_:

@@ -3,8 +3,10 @@
 Each check builds small synthetic ``SelectionData`` (with labels for label-based selectors) and
 asserts one part of the contract in ``selection/base.py``:
 
-* ``params``: ``__init__`` only stores parameters; ``get_params`` rebuilds an equal selector; ``fit``
+* ``params``: ``__init__`` only stores parameters; ``sklearn.clone`` rebuilds an equal selector; ``fit``
   leaves the parameters alone and returns ``self``;
+* ``unfitted``: ``decision_function`` and ``select`` raise sklearn's ``NotFittedError`` before ``fit``
+  (unless the selector is stateless: ``requires_fit = False``);
 * ``labels``: a label-free selector refuses labels, a label-based one requires them;
 * ``output``: ``decision_function`` gives ``[n]`` floats, ``select`` gives ``[n_problems]`` rows of the
   right problems, each at its problem's maximum decision, -1 only where all decisions are NaN;
@@ -21,18 +23,19 @@ Usage::
 
 from __future__ import annotations
 
-import copy
 import warnings
 from dataclasses import replace
 from typing import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 
 from ..core.selection_data import SelectionData
 from .base import Selector
 
-CHECKS = ("params", "labels", "output", "nan_rows", "one_candidate", "ties", "permutation")
+CHECKS = ("params", "unfitted", "labels", "output", "nan_rows", "one_candidate", "ties", "permutation")
 
 
 def make_data(n_problems: int = 12, max_candidates: int = 8, n_verifiers: int = 4, seed: int = 0,
@@ -71,7 +74,7 @@ def _chosen_keys(selector: Selector, data: SelectionData, labels: np.ndarray) ->
 
 
 def _fresh(selector: Selector) -> Selector:
-    return type(selector)(**copy.deepcopy(selector.get_params()))
+    return clone(selector)
 
 
 def _params_equal(a: dict, b: dict) -> bool:
@@ -88,6 +91,18 @@ def check_params(selector: Selector) -> None:
     assert _fit(rebuilt, data, labels) is rebuilt, "fit must return self"
     assert _params_equal(rebuilt.get_params(), params), "fit changed the selector's parameters"
     repr(rebuilt)
+
+
+def check_unfitted(selector: Selector) -> None:
+    if not selector.requires_fit:
+        return
+    data, _ = make_data()
+    for method in ("decision_function", "select"):
+        try:
+            getattr(_fresh(selector), method)(data)
+        except NotFittedError:
+            continue
+        raise AssertionError(f"{method} before fit must raise sklearn's NotFittedError")
 
 
 def check_labels(selector: Selector) -> None:
@@ -174,7 +189,7 @@ def check_permutation(selector: Selector) -> None:
 
 
 _FUNCTIONS: dict[str, Callable[[Selector], None]] = {
-    "params": check_params, "labels": check_labels, "output": check_output, "nan_rows": check_nan_rows,
+    "params": check_params, "unfitted": check_unfitted, "labels": check_labels, "output": check_output, "nan_rows": check_nan_rows,
     "one_candidate": check_one_candidate, "ties": check_ties, "permutation": check_permutation,
 }
 

@@ -17,6 +17,8 @@ class MajorityVote(Selector):
     with the smallest (generator_id, sample_index), as for every selector.
     """
 
+    requires_fit = False
+
     def __init__(self) -> None:
         pass
 

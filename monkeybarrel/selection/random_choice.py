@@ -16,6 +16,8 @@ class RandomChoice(Selector):
         seed: random seed.
     """
 
+    requires_fit = False
+
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
 

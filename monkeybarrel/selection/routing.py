@@ -48,6 +48,8 @@ class RandomRouting(Selector):
         seed: random seed.
     """
 
+    requires_fit = False
+
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
 

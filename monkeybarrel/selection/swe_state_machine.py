@@ -2,7 +2,7 @@
 
 Per problem: the candidates are filtered (``votes`` column: most votes then shortest, duplicates
 dropped, top ``max_candidates``; ``ensemble=True``: no votes, every distinct non-trivial patch
-sorted by length), then ``monkeybarrel.swebench.state_machine`` runs the LLM loop in containers and
+sorted by length), then ``monkeybarrel.kits.swebench.state_machine`` runs the LLM loop in containers and
 picks one. Transcripts go to ``transcript_dir/<problem_id>.json``. The instances (issue, image,
 base commit) are read from the same task file as the task (``path``) or the hub (``dataset``).
 """
@@ -53,13 +53,13 @@ class SWEStateMachine(Selector):
 
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "SWEStateMachine":
         super().fit(data, labels)
-        from ..swebench.containers import ContainerPool
-        from ..swebench.diffs import MalformedPatch, is_trivial, normalize_patch
-        from ..swebench.llm import ChatLLM
-        from ..swebench.schema import load_instances
-        from ..swebench.state_machine import SelectionJob, SelectionStateMachine, barrel_of_monkeys
-        from ..swebench.voting import rank_candidates
-        from ..tasks.swebench import DEFAULT_CACHE
+        from ..kits.swebench.containers import ContainerPool
+        from ..kits.swebench.diffs import MalformedPatch, is_trivial, normalize_patch
+        from ..kits.chat import ChatLLM
+        from ..kits.swebench.schema import load_instances
+        from ..kits.swebench.state_machine import SelectionJob, SelectionStateMachine, barrel_of_monkeys
+        from ..kits.swebench.voting import rank_candidates
+        from ..kits.swebench.containers import DEFAULT_CACHE
 
         if not self.ensemble and self.votes not in data.verifiers:
             raise ValueError(f"swe_state_machine: no verifier column {self.votes!r}; have {list(data.verifiers)} "
@@ -119,8 +119,8 @@ class SWEStateMachine(Selector):
         return self
 
     def _context(self, instance, candidates: list[str]) -> str:
-        from ..swebench.diffs import normalize_patch
-        from ..swebench.retrieval import context_block, repo_files
+        from ..kits.swebench.diffs import normalize_patch
+        from ..kits.swebench.retrieval import context_block, repo_files
 
         paths = sorted({f for c in candidates for f in normalize_patch(c).files} - {f for c in candidates for f in normalize_patch(c).added_files})
         try:

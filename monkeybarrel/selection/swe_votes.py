@@ -28,6 +28,8 @@ class SWEVotes(Selector):
         column: the verifier column holding the votes (e.g. a ``swe_test_votes`` verifier's name).
     """
 
+    requires_fit = False
+
     def __init__(self, column: str = "test_votes") -> None:
         self.column = column
 

@@ -25,14 +25,23 @@ import warnings
 from typing import Any, Sequence
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin, clone
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted
 
 from ..core.groups import group_argmax
 from ..core.selection_data import SelectionData
 from .base import SELECTORS, Selector
 
 NORMALIZATIONS = ("quantile", "minmax", "weaver", "none")
+NEAR_RANDOM_GAP = 0.02
+"""Kept verifiers with |TPR - FPR| below this are reported as near random (their weight is ~0)."""
+AMBIGUOUS_SHARE = 0.25
+"""Label-free orientation is reported ambiguous when this share of the weighted evidence points the other way."""
+START_TOP_SHARES = (0.2, 0.05, 0.01)
+START_STEPS = 12
+"""EM's label-free starts: the soft majority vote plus hard starts at these top shares of it, each run
+``START_STEPS`` EM steps; the best objective goes on."""
 THRESHOLD_GRID = np.round(np.arange(0.05, 0.951, 0.05), 2)
 """Thresholds tried by ``threshold="search"`` (the paper's 0.05-step grid)."""
 
@@ -213,41 +222,83 @@ def fit_latent_class(votes: np.ndarray, prior: float | None = None, smoothing: f
         ``{"prior", "tpr" [m], "fpr" [m], "posterior" [n], "n_iter", "converged", "flipped"}``.
     """
     votes = np.asarray(votes, dtype=np.float64)
-    fit = _em(bin_indicators(votes, np.full((1, votes.shape[1]), 0.5)), prior, smoothing, max_iter, tol)
-    return {**fit, "tpr": fit["theta"][1, 1], "fpr": fit["theta"][0, 1]}
+    patterns = VotePatterns(bin_codes(votes, np.full((1, votes.shape[1]), 0.5)), n_bins=2)
+    fit = _em(patterns.bins, prior, smoothing, max_iter, tol, counts=patterns.counts)
+    return {**fit, "posterior": fit["posterior"][patterns.inverse], "tpr": fit["theta"][1, 1],
+            "fpr": fit["theta"][0, 1]}
 
 
-def _em(bins: list[np.ndarray], prior: float | None, smoothing: float, max_iter: int, tol: float) -> dict[str, Any]:
+class VotePatterns:
+    """The distinct rows of a ``[n, m]`` bin-code matrix and how often each occurs.
+
+    EM's cost is linear in the rows it visits, and verifier votes repeat: 32,000 candidates x 10
+    binary verifiers hold at most 3^10 and in practice a few hundred patterns.
+
+    Attributes:
+        codes: ``[p, m]`` int8 distinct code rows (``n_bins`` = abstain).
+        counts: ``[p]`` float, rows per pattern.
+        inverse: ``[n]`` pattern of each original row.
+        bins: ``n_bins`` indicator matrices ``[p, m]`` (column-major floats).
+    """
+
+    def __init__(self, codes: np.ndarray, n_bins: int) -> None:
+        codes = np.ascontiguousarray(codes, dtype=np.int8)
+        keys = codes.view(np.dtype((np.void, codes.shape[1]))).ravel() if codes.shape[1] else np.zeros(codes.shape[0])
+        _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+        self.codes, self.inverse, self.counts = codes[first], inverse.reshape(-1), counts.astype(np.float64)
+        fortran = np.asfortranarray(self.codes)
+        self.bins = [(fortran == b).astype(np.float64, order="F") for b in range(n_bins)]
+
+    def columns(self, columns: np.ndarray) -> list[np.ndarray]:
+        return [np.asfortranarray(ind[:, columns]) for ind in self.bins]
+
+
+def _em(bins: list[np.ndarray], prior: float | None, smoothing: float, max_iter: int, tol: float,
+        counts: np.ndarray | None = None, weights: np.ndarray | None = None, start: np.ndarray | None = None,
+        orient: bool = True) -> dict[str, Any]:
     """EM over ordered bins, ``theta[c, b, k]`` = P(verifier k in bin b | Y = c), accelerated by SQUAREM.
+
+    Args:
+        bins: per bin a ``[p, m]`` indicator matrix of vote patterns (a NaN score is in none).
+        counts: ``[p]`` rows per pattern (default 1 each).
+        weights: ``[m]`` verifier weights in (0, 1]: a verifier's log-likelihood counts ``weights[k]``
+            times (a composite likelihood: correlated verifiers share one vote between them);
+            default 1 each.
+        start: ``[p]`` initial P(Y = 1) per pattern; default the soft (weighted) majority vote.
+        orient: apply the label-flip guard (verifiers better than chance on the whole).
 
     Each cycle takes two EM steps, extrapolates along them (Varadhan & Roland, 2008, scheme S3) and
     takes one EM step from there; the extrapolation is kept only if it does not lower the objective
-    (the log posterior: log-likelihood plus the Beta/Dirichlet ``smoothing`` term, which EM never
-    lowers). Stops when a cycle changes the objective per row by less than ``tol``; ``n_iter``
+    (the weighted log posterior: log-likelihood plus the Beta/Dirichlet ``smoothing`` term, which EM
+    never lowers). Stops when a cycle changes the objective per row by less than ``tol``; ``n_iter``
     counts EM steps (``max_iter`` of them at most).
     """
-    n_bins, (n, m) = len(bins), bins[0].shape
+    n_bins, (p, m) = len(bins), bins[0].shape
+    counts = np.ones(p) if counts is None else np.asarray(counts, dtype=np.float64)
+    weights = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
+    n = counts.sum()
     observed = sum(bins)
-    count = observed.sum(axis=1)
-    totals = np.stack([ind.sum(axis=0) for ind in bins])  # [B, m]
-    obs_total = observed.sum(axis=0)
+    totals = np.stack([counts @ ind for ind in bins])  # [B, m]
+    obs_total = totals.sum(axis=0)
 
     def m_step(q: np.ndarray) -> np.ndarray:
         """Prior and class-conditional bin frequencies from soft labels q, packed as one vector."""
-        q_bins = np.stack([q @ ind for ind in bins])  # [B, m]
+        qc = q * counts
+        q_bins = np.stack([qc @ ind for ind in bins])  # [B, m]
         q_obs = q_bins.sum(axis=0)
         theta = np.stack([(totals - q_bins + smoothing) / (obs_total - q_obs + n_bins * smoothing),
                           (q_bins + smoothing) / (q_obs + n_bins * smoothing)])
-        return np.concatenate([[float(q.mean()) if prior is None else prior], theta.ravel()])
+        return np.concatenate([[float(qc.sum() / n) if prior is None else prior], theta.ravel()])
 
     def unpack(params: np.ndarray) -> tuple[float, np.ndarray]:
         return float(params[0]), params[1:].reshape(2, n_bins, m)
 
     def e_step(params: np.ndarray) -> tuple[np.ndarray, float]:
-        """Posterior P(Y = 1) per row and the objective per row at ``params``."""
+        """Posterior P(Y = 1) per pattern and the objective per row at ``params``."""
         pi, theta = unpack(params)
-        joint = _log_joint(bins, pi, theta)
-        objective = np.logaddexp(joint[:, 0], joint[:, 1]).sum() + smoothing * np.log(np.clip(theta, 1e-12, 1)).sum()
+        joint = _log_joint(bins, pi, theta, weights)
+        objective = (counts @ np.logaddexp(joint[:, 0], joint[:, 1])
+                     + smoothing * (np.log(np.clip(theta, 1e-12, 1)).sum(axis=(0, 1)) @ weights))
         return _sigmoid(joint[:, 1] - joint[:, 0]), float(objective) / n
 
     def project(params: np.ndarray) -> np.ndarray:
@@ -258,61 +309,121 @@ def _em(bins: list[np.ndarray], prior: float | None, smoothing: float, max_iter:
         pi = min(max(pi, 1e-6), 1 - 1e-6) if prior is None else prior
         return np.concatenate([[pi], theta.ravel()])
 
-    # start from the soft majority vote: the side where the verifiers beat chance
-    rank = sum(b * ind for b, ind in enumerate(bins)) / max(n_bins - 1, 1)  # 0 = lowest bin, 1 = highest
-    q = np.clip(np.divide(rank.sum(axis=1), count, out=np.full(n, 0.5), where=count > 0), 1e-3, 1 - 1e-3)
-    params, steps, previous, converged = m_step(q), 1, -np.inf, False
-    while steps + 3 <= max_iter:
-        q0, objective0 = e_step(params)
-        first = m_step(q0)
-        q1, objective1 = e_step(first)
-        second = m_step(q1)
-        steps += 2
-        r, v = first - params, second - 2 * first + params
-        step_length = np.sqrt((r @ r) / (v @ v)) if v @ v > 0 else 1.0
-        jump = project(params + 2 * step_length * r + step_length ** 2 * v)  # alpha = -step_length
-        q_jump, objective_jump = e_step(jump)
-        if step_length > 1 and objective_jump >= objective1:
-            params = m_step(q_jump)  # the stabilising EM step from the extrapolated point
-            steps += 1
-            objective = objective_jump
-        else:
-            params, objective = second, objective1
-        if abs(objective - previous) < tol:
-            converged = True
-            break
-        previous = objective
-    q, _ = e_step(params)
+    def iterate(params: np.ndarray, budget: int) -> tuple[np.ndarray, int, bool]:
+        """SQUAREM cycles from ``params`` until converged or ``budget`` EM steps are spent."""
+        steps, previous = 0, -np.inf
+        while steps + 3 <= budget:
+            q0, _ = e_step(params)
+            first = m_step(q0)
+            q1, objective1 = e_step(first)
+            second = m_step(q1)
+            steps += 2
+            r, v = first - params, second - 2 * first + params
+            step_length = np.sqrt((r @ r) / (v @ v)) if v @ v > 0 else 1.0
+            jump = project(params + 2 * step_length * r + step_length ** 2 * v)  # alpha = -step_length
+            q_jump, objective_jump = e_step(jump)
+            if step_length > 1 and objective_jump >= objective1:
+                params = m_step(q_jump)  # the stabilising EM step from the extrapolated point
+                steps += 1
+                objective = objective_jump
+            else:
+                params, objective = second, objective1
+            if abs(objective - previous) < tol:
+                return params, steps, True
+            previous = objective
+        return params, steps, False
+
+    steps = 0
+    if start is None:
+        # the soft majority vote (the side where the verifiers beat chance), and hard starts at its
+        # top 20 %, 5 % and 1 % of rows: at a low prior the soft start sits near 0.5 and EM crawls
+        rank = sum(b * ind for b, ind in enumerate(bins)) / max(n_bins - 1, 1)  # 0 = lowest bin, 1 = highest
+        support, voters = rank @ weights, observed @ weights
+        share = np.divide(support, voters, out=np.full(p, 0.5), where=voters > 0)
+        order = np.argsort(-share, kind="stable")
+        above = np.cumsum(counts[order]) / n
+        starts = [share] + [np.isin(np.arange(p), order[: np.searchsorted(above, top) + 1]).astype(np.float64)
+                            for top in START_TOP_SHARES]
+        trials = []
+        for candidate in starts:
+            params, used, _ = iterate(m_step(np.clip(candidate, 1e-3, 1 - 1e-3)), START_STEPS)
+            steps += used + 1
+            trials.append((e_step(params)[1], params))
+        params = max(trials, key=lambda trial: trial[0])[1]
+    else:
+        params, steps = m_step(np.clip(start, 1e-3, 1 - 1e-3)), 1
+    params, used, converged = iterate(params, max(max_iter - steps, 3))
+    steps += used
+    q, objective = e_step(params)
     pi, theta = unpack(params)
     theta = theta.copy()
-    levels = np.arange(n_bins)[:, None]
-    shift = ((theta[1] - theta[0]) * levels).sum(axis=0)  # E[bin | Y=1] - E[bin | Y=0] per verifier
-    flipped = bool(shift.sum() < 0)  # the mirror solution: the verifiers "worse than chance" on the whole
+    shift = orientation_shift(theta)
+    flipped = bool(orient and shift @ weights < 0)  # the mirror solution: the verifiers "worse than chance" on the whole
     if flipped:
         theta, q = theta[::-1].copy(), 1.0 - q
         pi = 1.0 - pi if prior is None else pi
     return {"prior": pi, "theta": theta, "posterior": q, "n_iter": steps, "converged": converged,
-            "flipped": flipped}
+            "flipped": flipped, "objective": objective}
 
 
-def _log_joint(bins: list[np.ndarray], prior: float, theta: np.ndarray, clip: float = 1e-6) -> np.ndarray:
-    """``[n, 2]`` log P(Y = c, votes of the row) for c = 0, 1."""
+def orientation_shift(theta: np.ndarray) -> np.ndarray:
+    """``[m]`` E[bin | Y=1] - E[bin | Y=0] per verifier (> 0: better than chance) from ``theta [2, B, m]``."""
+    levels = np.arange(theta.shape[1])[:, None]
+    return ((theta[1] - theta[0]) * levels).sum(axis=0)
+
+
+def _log_joint(bins: list[np.ndarray], prior: float, theta: np.ndarray, weights: np.ndarray | None = None,
+               clip: float = 1e-6) -> np.ndarray:
+    """``[p, 2]`` (weighted) log P(Y = c, votes of the pattern) for c = 0, 1."""
     theta = np.clip(theta, clip, 1.0)
     prior = min(max(prior, clip), 1 - clip)
+    log_theta = np.log(theta)
+    if weights is not None:
+        log_theta = log_theta * weights
     out = np.tile(np.log([1 - prior, prior]), (bins[0].shape[0], 1))
     for b, ind in enumerate(bins):
-        out += ind @ np.log(theta[:, b].T)  # [n, m] @ [m, 2]: both classes in one pass over the votes
+        out += ind @ log_theta[:, b].T  # [p, m] @ [m, 2]: both classes in one pass over the votes
     return out
 
 
-def vote_correlations(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
-    """``[m, m]`` phi coefficient of every verifier pair over the rows where both vote (NaN if undefined)."""
+def vote_correlations(positive: np.ndarray, negative: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
+    """``[m, m]`` phi coefficient of every verifier pair over the rows where both vote (NaN if undefined).
+
+    ``counts``: ``[n]`` weight of each row (pattern multiplicities, or posterior class weights).
+    """
     observed = positive + negative
-    n11, n1o, noo = positive.T @ positive, positive.T @ observed, observed.T @ observed
+    weighted_positive, weighted_observed = ((positive, observed) if counts is None
+                                            else (positive * counts[:, None], observed * counts[:, None]))
+    n11, n1o, noo = positive.T @ weighted_positive, weighted_positive.T @ observed, observed.T @ weighted_observed
     n10, n01 = n1o - n11, n1o.T - n11
     n00 = noo - n11 - n10 - n01
     with np.errstate(invalid="ignore", divide="ignore"):
         return (n11 * n00 - n10 * n01) / np.sqrt((n11 + n10) * (n01 + n00) * (n11 + n01) * (n10 + n00))
+
+
+def dependence_weights(phi: np.ndarray, ramp: tuple[float, float]) -> np.ndarray:
+    """``[m]`` weight 1 / (effective number of copies) of each verifier from pairwise ``|phi|``.
+
+    A pair counts as ``clip((|phi| - low) / (high - low), 0, 1)`` of a copy, so an exact duplicate
+    halves both weights and weakly related verifiers keep weight 1; smooth in phi, no cliff.
+    """
+    low, high = ramp
+    share = np.clip((np.nan_to_num(np.abs(phi)) - low) / max(high - low, 1e-12), 0.0, 1.0)
+    np.fill_diagonal(share, 1.0)
+    return 1.0 / share.sum(axis=1)
+
+
+def conditional_correlations(positive: np.ndarray, negative: np.ndarray, counts: np.ndarray,
+                             posterior: np.ndarray) -> np.ndarray:
+    """``[m, m]`` phi within each class (rows weighted by the posterior), averaged over the classes.
+
+    Verifiers that are independent given the label have ~0 here however strong they are;
+    copies of each other keep their correlation.
+    """
+    mass = np.array([counts @ (1 - posterior), counts @ posterior])
+    within = [vote_correlations(positive, negative, counts * (1 - posterior)),
+              vote_correlations(positive, negative, counts * posterior)]
+    return (mass[0] * np.nan_to_num(within[0]) + mass[1] * np.nan_to_num(within[1])) / max(mass.sum(), 1e-12)
 
 
 # ---- the estimator ----------------------------------------------------------------------------
@@ -329,9 +440,11 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         min_coverage: drop verifiers that vote (non-NaN) on fewer than this share of rows.
         rate_bounds: drop verifiers whose share of positive votes lies outside ``[low, high]``
             (with ``n_bins > 2``: whose fullest bin holds more than ``high`` of their votes).
-        max_correlation: drop a verifier whose votes correlate (phi) above this with an earlier kept one.
-        min_gap: after a first fit, drop verifiers with ``|TPR - FPR| < min_gap`` (total-variation
-            distance between the classes' bin frequencies when ``n_bins > 2``) and refit.
+        dependence: ``(low, high)`` phi ramp of the dependence weights: a verifier pair whose votes
+            correlate by |phi| counts as ``clip((|phi| - low) / (high - low), 0, 1)`` copies of
+            each other, and each verifier's log-likelihood is weighted by 1 / its number of copies
+            (first from the plain correlations, then refitted on the correlations within each
+            class); ``None`` treats every verifier as independent given the label.
         prior: fixed P(correct); default: the labelled rows' mean when ``y`` is given, else EM's estimate.
         smoothing: Beta/Dirichlet pseudo-count for the rate estimates.
         max_iter: most EM iterations.
@@ -343,14 +456,22 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         cutoffs_: ``[n_bins - 1, m]`` the same cutoffs on each verifier's raw scale: verifier j
             votes 1 when its raw score is >= ``cutoffs_[0, j]``.
         keep_: ``[m]`` bool, verifiers in the label model; ``dropped_``: ``{column: reason}`` for the rest.
+        dependence_weights_: ``[m]`` weight of each kept verifier (1 = independent; 0 for dropped ones).
+        dependence_: ``{column: (other column, phi within classes)}`` for verifiers weighted below 0.95.
+        near_random_: ``[m]`` bool, kept verifiers with |TPR - FPR| < 0.02 (their weight is ~0).
         prior_: P(correct).
         tpr_, fpr_: ``[m]`` P(vote 1 | correct), P(vote 1 | incorrect) (upper half of the bins when
             ``n_bins > 2``; NaN for dropped verifiers).
         theta_: ``[2, n_bins, m]`` P(bin | class), class 1 = correct.
         weights_: ``[n_bins, m]`` log-likelihood ratio added for a vote in each bin.
         n_iter_, converged_, flipped_: EM diagnostics (``flipped_``: the label-flip guard fired).
+        orientation_: how the label was oriented: ``"labels"`` (checked on the labelled rows),
+            ``"verifiers"`` (most verifier evidence better than chance) or ``"ambiguous"`` (a
+            weighted share >= 0.25 of the evidence points the other way: the mirror solution, where
+            those verifiers are the good ones, fits the votes equally well; give labels or a prior).
         fallback_: None, or ``"vote_count"`` when fewer than 3 verifiers survive (the model is
             then not identifiable and the votes are counted instead).
+        n_patterns_: distinct vote patterns EM ran on.
 
     Examples:
         >>> rng = np.random.default_rng(0)
@@ -365,15 +486,14 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
 
     def __init__(self, normalize: str = "quantile", threshold: float | str = 0.5, n_bins: int = 2,
                  min_coverage: float = 0.01, rate_bounds: tuple[float, float] = (0.02, 0.98),
-                 max_correlation: float = 0.95, min_gap: float = 0.02, prior: float | None = None,
+                 dependence: tuple[float, float] | None = (0.3, 0.9), prior: float | None = None,
                  smoothing: float = 0.5, max_iter: int = 1000, tol: float = 1e-8) -> None:
         self.normalize = normalize
         self.threshold = threshold
         self.n_bins = n_bins
         self.min_coverage = min_coverage
         self.rate_bounds = rate_bounds
-        self.max_correlation = max_correlation
-        self.min_gap = min_gap
+        self.dependence = dependence
         self.prior = prior
         self.smoothing = smoothing
         self.max_iter = max_iter
@@ -389,20 +509,23 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         low, high = self.rate_bounds
         if not 0 <= low < high <= 1:
             raise ValueError(f"rate_bounds must satisfy 0 <= low < high <= 1, got {self.rate_bounds!r}")
+        if self.dependence is not None and not (len(self.dependence) == 2 and 0 <= self.dependence[0] < self.dependence[1] <= 1):
+            raise ValueError(f"dependence must be None or (low, high) with 0 <= low < high <= 1, got {self.dependence!r}")
         if self.prior is not None and not 0 < self.prior < 1:
             raise ValueError(f"prior must be in (0, 1), got {self.prior!r}")
         if self.max_iter < 1 or self.tol <= 0 or self.smoothing < 0:
             raise ValueError("max_iter >= 1, tol > 0 and smoothing >= 0 are required")
 
     # ---- fitting -----------------------------------------------------------------------------
-    def fit(self, X: Any, groups: Any = None, y: Any = None) -> "WeaverModel":
-        """Fit without labels on ``X`` ``[n, m]`` (NaN = missing score).
+    def fit(self, X: Any, y: Any = None, *, groups: Any = None) -> "WeaverModel":
+        """Fit on ``X`` ``[n, m]`` (NaN = missing score), without labels unless ``y`` is given.
 
         Args:
             X: verifier scores, one row per candidate.
-            groups: ``[n]`` problem of each row (needed by ``threshold="search"``).
             y: optional ``[n]`` labels, 1 correct / 0 incorrect / NaN or -1 unknown; the known ones
-                set the prior (unless ``prior`` is given) and drive ``threshold="search"``.
+                set the prior (unless ``prior`` is given), orient the label model and drive
+                ``threshold="search"``.
+            groups: ``[n]`` problem of each row (keyword only; needed by ``threshold="search"``).
         """
         with _single_threaded_blas():
             return self._fit(X, groups, y)
@@ -425,7 +548,7 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         else:
             self.threshold_ = float(self.threshold)
         self.cutoffs_ = self._cutoffs(self.threshold_)
-        self._fit_bins(bin_indicators(X, self.cutoffs_), prior)
+        self._fit_codes(bin_codes(X, self.cutoffs_), prior, labelled)
         return self
 
     def _labels(self, y: Any, n: int) -> np.ndarray | None:
@@ -443,13 +566,17 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         levels = [threshold] if self.n_bins == 2 else np.arange(1, self.n_bins) / self.n_bins
         return np.stack([self.normalizer_.cutoffs(level) for level in levels])
 
-    def _fit_bins(self, bins: list[np.ndarray], prior: float | None) -> None:
-        """Screen the verifiers, fit the label model (again if near-random ones go), set the weights."""
-        m = bins[0].shape[1]
-        self.keep_, self.dropped_ = self._screen(bins)
+    def _fit_codes(self, codes: np.ndarray, prior: float | None, labelled: np.ndarray | None) -> None:
+        """Screen the verifiers, fit the label model with dependence weights, orient it, set the weights."""
+        m = codes.shape[1]
+        patterns = VotePatterns(codes, self.n_bins)
+        self.n_patterns_ = int(patterns.counts.size)
+        self.keep_, self.dropped_ = self._screen(patterns)
         self.theta_ = np.full((2, self.n_bins, m), np.nan)
         self.weights_ = np.zeros((self.n_bins, m))
-        self.n_iter_, self.converged_, self.flipped_, self.fallback_ = 0, True, False, None
+        self.dependence_weights_ = np.where(self.keep_, 1.0, 0.0)
+        self.dependence_, self.near_random_ = {}, np.zeros(m, dtype=bool)
+        self.n_iter_, self.converged_, self.flipped_, self.fallback_, self.orientation_ = 0, True, False, None, "verifiers"
         columns = np.flatnonzero(self.keep_)
         if columns.size < 3:
             self.fallback_ = "vote_count"
@@ -459,53 +586,95 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             self.weights_[:, columns] = np.linspace(-1.0, 1.0, self.n_bins)[:, None]
             self.tpr_, self.fpr_ = np.full(m, np.nan), np.full(m, np.nan)
             return
-        fit = self._em(bins, columns, prior)
-        gap = 0.5 * np.abs(fit["theta"][1] - fit["theta"][0]).sum(axis=0)
-        weak = gap < self.min_gap
-        if weak.any() and (~weak).sum() >= 3:
-            for j, g in zip(columns[weak], gap[weak]):
-                self.dropped_[int(j)] = f"near random: |TPR - FPR| = {g:.3f}"
-            self.keep_[columns[weak]] = False
-            columns = columns[~weak]
-            fit = self._em(bins, columns, prior)
+        bins = patterns.columns(columns)
+        half = self.n_bins // 2  # correlations on the median split (the vote itself when n_bins = 2)
+        positive, negative = sum(bins[half:]), sum(bins[:half])
+        weights, n_iter = np.ones(columns.size), 0
+        if self.dependence is not None:
+            weights = dependence_weights(vote_correlations(positive, negative, patterns.counts), self.dependence)
+            fit = self._em(bins, patterns.counts, prior, weights)
+            phi = conditional_correlations(positive, negative, patterns.counts, fit["posterior"])
+            weights = dependence_weights(phi, self.dependence)
+            n_iter = fit["n_iter"]
+            self._record_dependence(columns, weights, phi)
+            fit = self._em(bins, patterns.counts, prior, weights, start=fit["posterior"])
+        else:
+            fit = self._em(bins, patterns.counts, prior, weights)
+        fit["n_iter"] += n_iter
+        if labelled is not None:
+            fit = self._orient_on_labels(fit, bins, patterns, prior, weights, labelled)
         self.prior_ = fit["prior"]
         self.theta_[:, :, columns] = fit["theta"]
         self.n_iter_, self.converged_, self.flipped_ = fit["n_iter"], fit["converged"], fit["flipped"]
+        self.dependence_weights_[columns] = weights
         theta = np.clip(fit["theta"], 1e-6, 1.0)
-        self.weights_[:, columns] = np.log(theta[1] / theta[0])
+        self.weights_[:, columns] = np.log(theta[1] / theta[0]) * weights
+        gap = 0.5 * np.abs(fit["theta"][1] - fit["theta"][0]).sum(axis=0)
+        self.near_random_[columns] = gap < NEAR_RANDOM_GAP
+        if self.orientation_ != "labels":
+            shift = orientation_shift(fit["theta"]) * weights
+            against = np.abs(shift[shift < 0]).sum() / max(np.abs(shift).sum(), 1e-12)
+            if against >= AMBIGUOUS_SHARE:
+                self.orientation_ = "ambiguous"
+                warnings.warn(f"label orientation is ambiguous: {100 * against:.0f}% of the verifier evidence says "
+                              "the opposite; the mirror solution fits equally well (give dev labels or a prior)",
+                              UserWarning, stacklevel=4)
         upper = self.theta_[:, self.n_bins // 2:, :].sum(axis=1)
         self.tpr_, self.fpr_ = np.where(self.keep_, upper[1], np.nan), np.where(self.keep_, upper[0], np.nan)
         if not fit["converged"]:
             warnings.warn(f"EM did not converge in {self.max_iter} iterations (tol {self.tol})",
                           ConvergenceWarning, stacklevel=4)
 
-    def _em(self, bins: list[np.ndarray], columns: np.ndarray, prior: float | None) -> dict[str, Any]:
-        return _em([ind[:, columns] for ind in bins], prior, self.smoothing, self.max_iter, self.tol)
+    def _record_dependence(self, columns: np.ndarray, weights: np.ndarray, phi: np.ndarray) -> None:
+        phi = np.nan_to_num(np.abs(phi))
+        np.fill_diagonal(phi, 0.0)
+        for i in np.flatnonzero(weights < 0.95):
+            k = int(np.argmax(phi[i]))
+            self.dependence_[int(columns[i])] = (int(columns[k]), float(phi[i, k]))
 
-    def _screen(self, bins: list[np.ndarray]) -> tuple[np.ndarray, dict[int, str]]:
-        """Keep mask and drop reasons from vote coverage, vote balance and correlation."""
-        n, m = bins[0].shape
-        per_bin = np.stack([ind.sum(axis=0) for ind in bins])  # [B, m]
+    def _orient_on_labels(self, fit: dict[str, Any], bins: list[np.ndarray], patterns: VotePatterns,
+                          prior: float | None, weights: np.ndarray, labelled: np.ndarray) -> dict[str, Any]:
+        """Check the orientation on the labelled rows; refit from the mirrored posterior if it is wrong."""
+        known = ~np.isnan(labelled)
+        posterior = fit["posterior"][patterns.inverse[known]]
+        truth = labelled[known] == 1
+        if truth.all() or not truth.any():
+            return fit
+        self.orientation_ = "labels"
+        if posterior[truth].mean() >= posterior[~truth].mean():
+            return fit
+        mirrored = self._em(bins, patterns.counts, prior, weights, start=1.0 - fit["posterior"], orient=False)
+        mirrored["n_iter"] += fit["n_iter"]
+        mirrored["flipped"] = True
+        return mirrored
+
+    def _em(self, bins: list[np.ndarray], counts: np.ndarray, prior: float | None, weights: np.ndarray,
+            start: np.ndarray | None = None, orient: bool = True) -> dict[str, Any]:
+        return _em(bins, prior, self.smoothing, self.max_iter, self.tol, counts=counts, weights=weights,
+                   start=start, orient=orient)
+
+    def _screen(self, patterns: VotePatterns) -> tuple[np.ndarray, dict[int, str]]:
+        """Keep mask and drop reasons (plain words) from vote coverage and vote balance."""
+        n = patterns.counts.sum()
+        per_bin = np.stack([patterns.counts @ ind for ind in patterns.bins])  # [B, m]
         votes = per_bin.sum(axis=0)
         share = np.divide(per_bin, votes, out=np.zeros_like(per_bin), where=votes > 0)
-        keep, dropped = np.ones(m, dtype=bool), {}
+        dropped = {}
         low, high = self.rate_bounds
-        for j in range(m):
-            if votes[j] == 0 or votes[j] < self.min_coverage * n:
-                dropped[j] = f"votes on {100 * votes[j] / n:.1f}% of candidates"
+        for j in range(per_bin.shape[1]):
+            if votes[j] == 0:
+                dropped[j] = "no scores: missing on every candidate"
+            elif votes[j] < self.min_coverage * n:
+                dropped[j] = f"too few scores: {100 * votes[j] / n:.1f}% of candidates (min_coverage {self.min_coverage:g})"
+            elif share[:, j].max() == 1.0:
+                dropped[j] = ("constant: every vote positive" if self.n_bins == 2 and share[1, j] == 1.0 else
+                              "constant: every vote negative" if self.n_bins == 2 else "constant: every score in one bin")
             elif self.n_bins == 2 and not low <= share[1, j] <= high:
-                dropped[j] = f"positive on {100 * share[1, j]:.1f}% of its votes (outside {low:g}-{high:g})"
+                dropped[j] = f"almost constant: {100 * share[1, j]:.1f}% of its votes positive (rate_bounds {low:g}-{high:g})"
             elif self.n_bins > 2 and share[:, j].max() > high:
-                dropped[j] = f"{100 * share[:, j].max():.1f}% of its votes in one bin (above {high:g})"
+                dropped[j] = f"almost constant: {100 * share[:, j].max():.1f}% of its scores in one bin (above {high:g})"
+        keep = np.ones(per_bin.shape[1], dtype=bool)
         keep[list(dropped)] = False
-        half = self.n_bins // 2  # correlation on the median split (the vote itself when n_bins = 2)
-        positive, negative = sum(bins[half:]), sum(bins[:half])
-        phi = vote_correlations(positive, negative)
-        for j in range(m):
-            twins = [k for k in range(j) if keep[k] and abs(phi[k, j]) > self.max_correlation] if keep[j] else []
-            if twins:
-                keep[j] = False
-                dropped[j] = f"votes like column {twins[0]} (phi {phi[twins[0], j]:.3f})"
         return keep, dropped
 
     def _search_threshold(self, X: np.ndarray, groups: Any, labelled: np.ndarray | None, prior: float | None) -> float:
@@ -522,7 +691,7 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             warnings.simplefilter("ignore")
             for t in sorted(THRESHOLD_GRID, key=lambda t: (abs(t - 0.5), t)):
                 self.cutoffs_ = self._cutoffs(float(t))
-                self._fit_bins(bin_indicators(X, self.cutoffs_), prior)
+                self._fit_codes(bin_codes(X, self.cutoffs_), prior, labelled)
                 chosen = group_argmax(self._decision(X[rows]), dev_groups, codes.size, np.arange(rows.size))
                 accuracy = float(np.sum(labelled[rows][chosen[chosen >= 0]] == 1)) / codes.size
                 if accuracy > best_accuracy + 1e-12:
@@ -600,7 +769,7 @@ def feature_matrix(data: SelectionData, verifiers: Sequence[str] | None, majorit
     return X, names
 
 
-def dev_problem_mask(data: SelectionData, fraction: float, seed: int) -> np.ndarray:
+def problem_share_mask(data: SelectionData, fraction: float, seed: int) -> np.ndarray:
     """``[n]`` bool: candidates of a seeded random ``fraction`` of the problems (at least one problem).
 
     Problems are drawn from their sorted ids, so the draw does not depend on row order.
@@ -642,47 +811,38 @@ class WeaverSelector(Selector):
     """Weaver selection: argmax per problem of the label model's P(correct | verifier votes).
 
     Label-free unless ``dev_fraction > 0``: then the labels of a seeded random share of the
-    problems set the class prior and (with ``threshold: search``) the threshold, and the method
-    is reported as label-based.
+    problems set the class prior, orient the label model and (with ``model__threshold: search``)
+    choose the threshold, and the method is reported as label-based.
 
     Args:
         verifiers: score columns to use (default: all).
         majority_verifier: add Weaver's majority-vote pseudo-verifier (1 for candidates with a
-            most frequent answer). The correlation filter drops it when an ``answer_frequency``
-            verifier already votes the same way.
-        normalize, threshold, n_bins, min_coverage, rate_bounds, max_correlation, min_gap, prior,
-        smoothing, max_iter, tol: see ``WeaverModel``.
+            most frequent answer). The dependence weights halve it and an ``answer_frequency``
+            verifier that votes the same way.
+        model: the ``WeaverModel`` (its parameters are nested: ``model__threshold``,
+            ``model__n_bins``, ...; configs write them the same way). Default ``WeaverModel()``.
         dev_fraction: share of problems whose labels may be used (0 = label-free).
-        seed: seed of the dev-problem draw.
+        train_fraction: share of problems the label model is fitted on (1 = all, transductive as
+            in the paper); the others are only scored, and the report gives the accuracy on them.
+        seed: seed of the dev- and train-problem draws.
         tie_break: ``mean_score`` (tied posteriors go to the higher mean normalised score of the
             kept verifiers, then the smaller tiebreak rank) or ``index`` (smaller tiebreak rank).
 
     Attributes:
-        model_: the fitted ``WeaverModel``.
+        model_: the fitted ``WeaverModel`` (a clone of ``model``).
         feature_names_: the columns given to the model.
         dev_rows_: ``[n]`` bool, candidates whose labels were used (when ``dev_fraction > 0``).
+        train_rows_: ``[n]`` bool, candidates the model was fitted on.
     """
 
     def __init__(self, verifiers: list[str] | None = None, majority_verifier: bool = True,
-                 normalize: str = "quantile", threshold: float | str = 0.5, n_bins: int = 2,
-                 min_coverage: float = 0.01, rate_bounds: tuple[float, float] = (0.02, 0.98),
-                 max_correlation: float = 0.95, min_gap: float = 0.02, prior: float | None = None,
-                 smoothing: float = 0.5, max_iter: int = 1000, tol: float = 1e-8, dev_fraction: float = 0.0,
+                 model: WeaverModel | None = None, dev_fraction: float = 0.0, train_fraction: float = 1.0,
                  seed: int = 0, tie_break: str = "mean_score") -> None:
         self.verifiers = verifiers
         self.majority_verifier = majority_verifier
-        self.normalize = normalize
-        self.threshold = threshold
-        self.n_bins = n_bins
-        self.min_coverage = min_coverage
-        self.rate_bounds = rate_bounds
-        self.max_correlation = max_correlation
-        self.min_gap = min_gap
-        self.prior = prior
-        self.smoothing = smoothing
-        self.max_iter = max_iter
-        self.tol = tol
+        self.model = WeaverModel() if model is None else model  # an instance, so model__* parameters can be set
         self.dev_fraction = dev_fraction
+        self.train_fraction = train_fraction
         self.seed = seed
         self.tie_break = tie_break
 
@@ -691,26 +851,37 @@ class WeaverSelector(Selector):
         """Label-based exactly when ``dev_fraction > 0``."""
         return self.dev_fraction > 0
 
-    def model(self) -> WeaverModel:
-        """An unfitted ``WeaverModel`` with this selector's parameters."""
-        return WeaverModel(normalize=self.normalize, threshold=self.threshold, n_bins=self.n_bins,
-                           min_coverage=self.min_coverage, rate_bounds=tuple(self.rate_bounds),
-                           max_correlation=self.max_correlation, min_gap=self.min_gap, prior=self.prior,
-                           smoothing=self.smoothing, max_iter=self.max_iter, tol=self.tol)
-
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "WeaverSelector":
         if not 0 <= self.dev_fraction <= 1:
             raise ValueError(f"dev_fraction must be in [0, 1], got {self.dev_fraction!r}")
+        if not 0 < self.train_fraction <= 1:
+            raise ValueError(f"train_fraction must be in (0, 1], got {self.train_fraction!r}")
         if self.tie_break not in ("mean_score", "index"):
             raise ValueError(f"tie_break must be 'mean_score' or 'index', got {self.tie_break!r}")
         super().fit(data, labels)
         X, self.feature_names_ = feature_matrix(data, self.verifiers, self.majority_verifier)
+        self.train_rows_ = (np.ones(data.n_candidates, dtype=bool) if self.train_fraction >= 1
+                            else problem_share_mask(data, self.train_fraction, self.seed + 1))
+        rows = np.flatnonzero(self.train_rows_)
         y = None
         if labels is not None:
-            self.dev_rows_ = dev_problem_mask(data, self.dev_fraction, self.seed)
-            y = np.where(self.dev_rows_, np.asarray(labels, dtype=np.float64), np.nan)
-        self.model_ = self.model().fit(X, data.problem_id.astype(str), y)
+            self.dev_rows_ = problem_share_mask(data.subset(rows), self.dev_fraction, self.seed)
+            y = np.where(self.dev_rows_, np.asarray(labels, dtype=np.float64)[rows], np.nan)
+            self.dev_rows_ = np.isin(np.arange(data.n_candidates), rows[self.dev_rows_])
+        self.model_ = clone(self.model).fit(X[rows], y, groups=data.problem_id[rows].astype(str))
         return self
+
+    def heldout_problems(self, data: SelectionData) -> np.ndarray:
+        """``[n_problems]`` bool: problems the model was not fitted on (none when ``train_fraction`` = 1)."""
+        check_is_fitted(self)
+        fitted = np.zeros(data.n_problems, dtype=bool)
+        fitted[data.groups[self.train_rows_]] = True
+        return ~fitted
+
+    def notes(self) -> list[str]:
+        """What the fit did that a reader of the report should know, in plain words."""
+        check_is_fitted(self)
+        return describe_fit(self.model_, self.feature_names_)
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
         """``[n]`` posterior log-odds of correctness (monotone in ``predict_proba``)."""
@@ -734,3 +905,24 @@ class WeaverSelector(Selector):
             count = (~np.isnan(Z)).sum(axis=1)
             secondary[tied] = np.divide(np.nansum(Z, axis=1), count, out=np.full(tied.size, np.nan), where=count > 0)
         return select_with_secondary(primary, secondary, data)
+
+
+def describe_fit(model: WeaverModel, names: Sequence[str]) -> list[str]:
+    """Plain-word notes on a fitted ``WeaverModel``: drops, down-weighted copies, near-random
+    verifiers, the vote-count fallback, an ambiguous orientation, non-convergence."""
+    notes = [f"dropped {names[j]}: {reason}" for j, reason in sorted(model.dropped_.items())]
+    for j, (k, phi) in sorted(model.dependence_.items()):
+        notes.append(f"down-weighted {names[j]} to {model.dependence_weights_[j]:.2f}: votes like {names[k]} "
+                     f"(phi {phi:.2f} within each class)")
+    notes += [f"{names[j]} is near random (|TPR - FPR| < {NEAR_RANDOM_GAP:g}): weight ~0"
+              for j in np.flatnonzero(model.near_random_)]
+    if model.fallback_ == "vote_count":
+        notes.append(f"fallback: only {int(model.keep_.sum())} usable verifier(s), the label model needs 3; votes counted")
+    if model.orientation_ == "ambiguous":
+        notes.append("orientation ambiguous: many verifiers disagree with the rest, and the mirror solution "
+                     "(those verifiers right, the others wrong) fits equally well; give dev labels (dev_fraction) or a prior")
+    elif model.flipped_ and model.orientation_ == "labels":
+        notes.append("orientation corrected on the dev labels: the label-free fit had taken the mirror solution")
+    if not model.converged_:
+        notes.append(f"EM did not converge in {model.max_iter} steps")
+    return notes

@@ -51,12 +51,12 @@ class MathAnswerTask(Task):
     instruction = "Solve the problem. End your reply with: The answer is <number>."
 
     def extract_answer(self, text: str | None) -> str | None:
-        from .math_answers import answer_key
+        from ..kits.math_answers import answer_key
 
         return answer_key(text)
 
     def is_correct(self, text: str | None, problem: Problem) -> bool:
-        from .math_answers import is_equivalent
+        from ..kits.math_answers import is_equivalent
 
         return is_equivalent(text, problem.reference_answer)
 

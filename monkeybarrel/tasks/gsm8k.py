@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..core.records import Problem
 from .base import TASKS, MathAnswerTask, take
-from .files import read_records
-from .math_answers import reference_from_solution
+from ..core.files import read_records
+from ..kits.math_answers import reference_from_solution
 
 HUB_DATASET = ("openai/gsm8k", "main")
 

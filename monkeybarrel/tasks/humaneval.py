@@ -18,9 +18,9 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.records import Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..sandbox.programs import assemble_program, code_sandbox, extract_code, normalize_code, test_program
+from ..kits.code_programs import assemble_program, code_sandbox, extract_code, normalize_code, test_program
 from .base import TASKS, Task, take
-from .files import read_records
+from ..core.files import read_records
 
 REQUIRED = ("task_id", "prompt", "test", "entry_point")
 INSTRUCTION = ("Complete the following Python function. Reply with the complete function "

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.records import Problem
-from ..swebench import predictions as _predictions  # noqa: F401  (registers the swe_predictions sampler)
-from ..swebench.diffs import MalformedPatch, normalize_patch
-from ..swebench.schema import SWEInstance, load_instances
+from ..kits.swebench.containers import DEFAULT_CACHE
+from ..kits.swebench.diffs import MalformedPatch, normalize_patch
+from ..kits.swebench.schema import PUBLIC_FIELDS, SWEInstance, full_instance, load_instances
 from .base import TASKS, Task
 
-DEFAULT_CACHE = Path.home() / ".cache" / "monkeybarrel" / "swe_exec"
 PATCH_INSTRUCTIONS = """You are fixing an issue in the repository {repo}. Below are the issue and the repository files most
 relevant to it. Write a patch that resolves the issue: a unified diff in `git diff` format (paths `a/...` and
 `b/...`, hunks with three lines of context) inside one ```diff block. Change only what the fix needs.
@@ -31,22 +30,6 @@ relevant to it. Write a patch that resolves the issue: a unified diff in `git di
 ## Relevant files
 {context}
 """
-PUBLIC_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "hints_text", "version",
-                 "created_at", "image_name", "repo_dir", "test_cmd")
-
-
-def public_instance(problem: Problem) -> SWEInstance:
-    """The label-free view of a problem's instance (no gold patch, no test lists)."""
-    meta = problem.metadata
-    return SWEInstance(**{k: meta[k] for k in PUBLIC_FIELDS if meta.get(k) is not None},
-                       patch="", FAIL_TO_PASS=(), PASS_TO_PASS=())
-
-
-def full_instance(problem: Problem) -> SWEInstance:
-    """The whole instance (gold patch, FAIL_TO_PASS, PASS_TO_PASS) from the problem's reference."""
-    if not problem.reference_answer:
-        raise ValueError(f"{problem.problem_id}: no reference (the instance is only visible to label stages)")
-    return SWEInstance.model_validate(json.loads(problem.reference_answer))
 
 
 @TASKS.register("swebench")
@@ -106,7 +89,7 @@ class SWEBenchTask(Task):
         """Retrieved file context (BM25 over the repository at the base commit) and its paths."""
         if self.retrieval_top_k <= 0 or (self.repos_dir is None and not instance.image_name):
             return "", []
-        from ..swebench.retrieval import context_block, rank_files, repo_files
+        from ..kits.swebench.retrieval import context_block, rank_files, repo_files
 
         files = repo_files(instance, self.repos_dir)
         paths = rank_files(instance.problem_statement, files, self.retrieval_top_k)
@@ -133,11 +116,11 @@ class SWEBenchTask(Task):
         instances = {p.problem_id: full_instance(p) for p in problems}
         pairs = [(instances[problems[i].problem_id], patches[i]) for i in todo]
         if self.evaluator == "harness":
-            from ..swebench.harness import evaluate_with_harness
+            from ..kits.swebench.harness import evaluate_with_harness
 
             resolved = evaluate_with_harness(pairs, **self.harness_options)
         else:
-            from ..swebench.evaluate import evaluate_patches
+            from ..kits.swebench.evaluate import evaluate_patches
 
             resolved = [r.resolved for r in evaluate_patches(self.pool, pairs, self.timeout_s)]
         for i, ok in zip(todo, resolved):
@@ -147,7 +130,7 @@ class SWEBenchTask(Task):
     @property
     def pool(self):
         if self._pool is None:
-            from ..swebench.containers import ContainerPool
+            from ..kits.swebench.containers import ContainerPool
 
             self._pool = ContainerPool(cache_dir=self.cache_dir, max_workers=self.max_workers)
         return self._pool

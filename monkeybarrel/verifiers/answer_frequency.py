@@ -17,7 +17,7 @@ from .base import VERIFIERS, Verifier
 
 
 def _math_answer_key(text: str | None) -> str | None:
-    from ..tasks.math_answers import answer_key
+    from ..kits.math_answers import answer_key
 
     return answer_key(text)
 
@@ -34,7 +34,7 @@ class AnswerFrequency(Verifier):
         finished_only: only candidates that ended normally (``finish_reason == "stop"``) have an
             answer, as in the label stage.
         answer_fn: ``text -> canonical answer or None``; default
-            ``monkeybarrel.tasks.math_answers.answer_key`` (math-verify equivalence).
+            ``monkeybarrel.kits.math_answers.answer_key`` (math-verify equivalence).
     """
 
     scores_whole_problem = True

@@ -22,7 +22,7 @@ import numpy as np
 from ..core.models import load_pretrained
 from ..core.records import Candidate, Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..sandbox.programs import assemble_program, assert_lines, docstring_tests, extract_code
+from ..kits.code_programs import assemble_program, assert_lines, docstring_tests, extract_code
 from .base import VERIFIERS
 from .unit_tests import SandboxedVerifier
 

@@ -2,8 +2,8 @@
 
 Same prompt and read-out as ``llm_judge``, for large judges served on a cluster: one
 ``/chat/completions`` request per candidate with ``max_tokens=1`` and ``top_logprobs``; P("Yes")
-sums the probabilities of the Yes-like tokens among the top ones. Requests run concurrently and
-are retried on connection errors, 429 and 5xx. A candidate whose request keeps failing, or whose
+sums the probabilities of the Yes-like tokens among the top ones. Requests run concurrently through
+``kits.chat.ChatEndpoint`` (time-outs; retries on connection errors, 408/409/429/5xx, ``Retry-After``). A candidate whose request keeps failing, or whose
 top tokens hold neither Yes nor No, scores NaN (recorded as a failure, never a lost run).
 """
 
@@ -12,19 +12,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..core.records import Candidate, Problem
+from ..kits.chat import ChatEndpoint
 from .base import VERIFIERS, Verifier
 from .judge_prompt import DEFAULT_TEMPLATE, NO_WORDS, YES_WORDS, check_template, judge_messages, judgeable, yes_probability
-
-_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 class EndpointError(RuntimeError):
@@ -81,8 +76,7 @@ class OpenAIJudge(Verifier):
             return scores, reasons
         bodies = [self.request_body(judge_messages(problem, candidates[i].text, self.prompt_template, self.system_prompt))
                   for i in rows]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(bodies))) as pool:
-            results = list(pool.map(self._attempt, bodies))
+        results = [self._read(answer) for answer in self.endpoint().post_many(bodies)]
         failures = [r for r in results if isinstance(r, EndpointError)]
         if len(failures) == len(rows):
             raise failures[0]
@@ -100,9 +94,16 @@ class OpenAIJudge(Verifier):
         return {"model": self.model, "messages": messages, "max_tokens": 1, "temperature": 0.0,
                 "logprobs": True, "top_logprobs": self.top_logprobs}
 
-    def _attempt(self, body: dict[str, Any]) -> float | EndpointError:
+    def endpoint(self) -> ChatEndpoint:
+        """The HTTP client (key from ``api_key_env`` at call time; backoff 0.5 s doubling up to 8 s)."""
+        return ChatEndpoint(self.base_url, os.environ.get(self.api_key_env) or None, max_concurrency=self.max_concurrency,
+                            max_retries=self.max_retries, backoff_s=0.5, max_backoff_s=8.0, timeout_s=self.timeout_s)
+
+    def _read(self, answer: dict[str, Any] | Exception) -> float | EndpointError:
+        if isinstance(answer, Exception):
+            return EndpointError(str(answer))
         try:
-            return self.yes_probability(self.post("/chat/completions", body))
+            return self.yes_probability(answer)
         except EndpointError as exc:
             return exc
 
@@ -115,26 +116,3 @@ class OpenAIJudge(Verifier):
         yes = [t["logprob"] for t in top if t["token"].strip() in YES_WORDS]
         no = [t["logprob"] for t in top if t["token"].strip() in NO_WORDS]
         return yes_probability(yes, no, self.normalize)
-
-    def post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST JSON to ``base_url + route`` with retries; returns the decoded reply."""
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        data = json.dumps(body).encode()
-        last: Exception | None = None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
-            request = urllib.request.Request(self.base_url + route, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as exc:
-                last = exc
-                if exc.code not in _RETRY_STATUS:
-                    break
-            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as exc:
-                last = exc
-        raise EndpointError(f"{self.base_url}{route}: {last}")

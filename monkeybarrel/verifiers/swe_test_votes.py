@@ -26,7 +26,7 @@ class SWETestVotes(Verifier):
     Args:
         name: score column.
         backend, model, temperature, max_tokens, base_url, sampler_options: the test-writing LLM
-            (see ``monkeybarrel.swebench.llm.ChatLLM``).
+            (see ``monkeybarrel.kits.chat.ChatLLM``).
         num_tests: tests written per problem.
         timeout_s: limit per test run.
         max_workers: containers at once.
@@ -42,8 +42,8 @@ class SWETestVotes(Verifier):
                  max_workers: int = 2, cache_dir: str | None = None, artifacts_dir: str | None = None,
                  context_chars: int = 1500, seed: int = 0) -> None:
         super().__init__(name)
-        from ..swebench.llm import ChatLLM
-        from ..tasks.swebench import DEFAULT_CACHE
+        from ..kits.chat import ChatLLM
+        from ..kits.swebench.containers import DEFAULT_CACHE
 
         self.llm = ChatLLM(backend=backend, model=model, temperature=temperature, max_tokens=max_tokens,
                            base_url=base_url, options=sampler_options)
@@ -56,14 +56,14 @@ class SWETestVotes(Verifier):
     @property
     def pool(self):
         if self._pool is None:
-            from ..swebench.containers import ContainerPool
+            from ..kits.swebench.containers import ContainerPool
 
             self._pool = ContainerPool(cache_dir=self.cache_dir, max_workers=self.max_workers)
         return self._pool
 
     def write_tests(self, problem: Problem) -> list[str]:
         """``num_tests`` test scripts from the LLM (replies without a script are dropped)."""
-        from ..swebench.voting import extract_script, test_prompt
+        from ..kits.swebench.voting import extract_script, test_prompt
 
         meta = problem.metadata
         [replies] = self.llm.complete([test_prompt(meta["repo"], meta["problem_statement"], meta.get("context", "")[: self.context_chars])],
@@ -71,8 +71,8 @@ class SWETestVotes(Verifier):
         return [s for s in (extract_script(r) for r in replies) if s]
 
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:
-        from ..swebench.diffs import MalformedPatch, is_trivial, normalize_patch
-        from ..swebench.voting import run_vote_matrix
+        from ..kits.swebench.diffs import MalformedPatch, is_trivial, normalize_patch
+        from ..kits.swebench.voting import run_vote_matrix
 
         patches: list[str | None] = []
         for candidate in candidates:
@@ -82,7 +82,7 @@ class SWETestVotes(Verifier):
                 patch = None
             patches.append(None if is_trivial(patch) else patch)
         tests = self.write_tests(problem)
-        from ..tasks.swebench import public_instance
+        from ..kits.swebench.schema import public_instance
 
         image, repo_dir = public_instance(problem).environment
         matrix = run_vote_matrix(self.pool, image, repo_dir, problem.metadata["base_commit"],

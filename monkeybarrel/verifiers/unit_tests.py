@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.records import Candidate, Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..sandbox.programs import assemble_program, code_sandbox, extract_code, test_program
+from ..kits.code_programs import assemble_program, code_sandbox, extract_code, test_program
 from .base import VERIFIERS, Verifier
 
 

@@ -15,8 +15,8 @@ import json
 import random
 from pathlib import Path
 
-from ...swebench.schema import load_instances
-from ...swebench.predictions import write_predictions
+from ...kits.swebench.schema import load_instances
+from ...kits.swebench.predictions import write_predictions
 from .build_repos import HERE, git
 from .generate import mutations
 

@@ -23,9 +23,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...swebench.containers import ContainerPool, Execution, Workspace
-from ...swebench.evaluate import PASSING, parse_pytest_summary
-from ...swebench.schema import SWEInstance, write_instances
+from ...kits.swebench.containers import ContainerPool, Execution, Workspace
+from ...kits.swebench.evaluate import PASSING, parse_pytest_summary
+from ...kits.swebench.schema import SWEInstance, write_instances
 from .build_repos import HERE, build_pristine, commit_bug, load_projects, sdist_path
 
 ENV_IMAGE = "monkeybarrel/swe-taskset-env:1"

@@ -12,7 +12,7 @@ import doctest
 import re
 from typing import Any, Mapping
 
-from .base import Sandbox, build_sandbox
+from ..sandbox.base import Sandbox, build_sandbox
 
 DEFAULT_CODE_SANDBOX = {"type": "local", "warm_python": "auto"}
 """The sandbox code tasks and verifiers use when the config names none (warm forks where bwrap works)."""

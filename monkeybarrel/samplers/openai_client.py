@@ -1,13 +1,14 @@
 """The ``openai`` backend: sampling from any OpenAI-compatible chat-completions server.
 
 Works with ``vllm serve``, SGLang, TGI, llama.cpp's server, hosted APIs and
-``python -m monkeybarrel.samplers.serving``. Requests run concurrently on an asyncio loop in a
+``python -m monkeybarrel.samplers.chat_server``. Requests run concurrently on an asyncio loop in a
 background thread (``max_concurrency`` HTTP requests in flight) and each problem's candidates are
 yielded as soon as they are back. A problem's samples go out as one request with ``n`` choices
 (split into pieces of at most ``max_n``); a server that refuses ``n`` > 1 (HTTP 400) or returns fewer
-choices than asked gets one request per sample from then on. HTTP 408/409/429/5xx answers,
-time-outs and connection errors are retried with exponential backoff and full jitter (honouring
-``Retry-After``); a request that still fails becomes error candidates.
+choices than asked gets one request per sample from then on. HTTP goes through
+``kits.chat.ChatEndpoint`` (retries of 408/409/429/5xx, time-outs and connection errors with
+exponential backoff and full jitter, honouring ``Retry-After``); a request that still fails becomes
+error candidates.
 
 Token counts come from ``usage``: exact per sample when a request carries one sample or the server
 returns per-choice ``token_ids`` (vLLM with ``extra_body: {return_token_ids: true}``); otherwise a
@@ -21,7 +22,6 @@ import asyncio
 import hashlib
 import os
 import queue
-import random
 import threading
 import time
 from dataclasses import dataclass
@@ -29,19 +29,8 @@ from typing import Any, Iterable, Iterator
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate
+from ..kits.chat import ChatEndpoint, ServerError
 from .base import SAMPLERS, SampleRequest, Sampler
-
-RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-"""HTTP statuses worth retrying: time-outs, rate limits and server-side failures."""
-
-
-class ServerError(RuntimeError):
-    """An HTTP error answer (``status``) or a failed transport (``status`` None)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
 
 @dataclass(frozen=True)
 class _Piece:
@@ -109,17 +98,16 @@ class OpenAISampler(Sampler):
                  timeout_s: float = 600.0, use_n: bool | None = None, max_n: int = 128,
                  extra_body: dict[str, Any] | None = None) -> None:
         super().__init__(spec)
-        for name, value, low in (("max_concurrency", max_concurrency, 1), ("max_retries", max_retries, 0),
-                                 ("max_n", max_n, 1), ("timeout_s", timeout_s, 1e-3), ("backoff_s", backoff_s, 0)):
-            if value < low:
-                raise ValueError(f"{name} must be >= {low}, got {value}")
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "http://127.0.0.1:8000/v1").rstrip("/")
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.max_concurrency, self.max_retries = max_concurrency, max_retries
-        self.backoff_s, self.max_backoff_s, self.timeout_s = backoff_s, max_backoff_s, timeout_s
+        if max_n < 1:
+            raise ValueError(f"max_n must be >= 1, got {max_n}")
+        self.endpoint = ChatEndpoint(
+            (base_url or os.environ.get("OPENAI_BASE_URL") or "http://127.0.0.1:8000/v1"),
+            api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"), max_concurrency=max_concurrency,
+            max_retries=max_retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s, timeout_s=timeout_s)
+        self.base_url, self.max_concurrency = self.endpoint.base_url, max_concurrency
         self.use_n, self.max_n = use_n, max_n
         self.extra_body = dict(extra_body or {})
-        self.http_stats: dict[str, int] = {"requests": 0, "retries": 0}
+        self.http_stats: dict[str, int] = self.endpoint.stats
         """HTTP requests sent and retries made (for tests and logs)."""
 
     # ---- the sync face ---------------------------------------------------------------------
@@ -131,8 +119,6 @@ class OpenAISampler(Sampler):
         requests = list(requests)
         if not requests:
             return
-        import httpx  # noqa: F401  (fail here, in the caller's thread, when the extra is missing)
-
         results: queue.Queue = queue.Queue()
         loop = asyncio.new_event_loop()
         holder: dict[str, asyncio.Task] = {}
@@ -165,16 +151,11 @@ class OpenAISampler(Sampler):
 
     # ---- the async core --------------------------------------------------------------------
     async def _run(self, requests: list[SampleRequest], results: queue.Queue) -> None:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
         slots = asyncio.Semaphore(self.max_concurrency)
         todo: asyncio.Queue[SampleRequest] = asyncio.Queue()
         for request in requests:
             todo.put_nowait(request)
-        async with httpx.AsyncClient(base_url=self.base_url, headers=headers, limits=limits,
-                                     timeout=httpx.Timeout(self.timeout_s)) as client:
+        async with self.endpoint.client() as client:
 
             async def worker() -> None:
                 while not todo.empty():
@@ -202,7 +183,7 @@ class OpenAISampler(Sampler):
     async def _piece(self, client, slots: asyncio.Semaphore, request: SampleRequest, piece: _Piece) -> list[Candidate]:
         started = time.perf_counter()
         try:
-            answer = await self._post(client, slots, self._body(request, len(piece.indices), piece.seed))
+            answer = await self.endpoint.post(client, slots, self._body(request, len(piece.indices), piece.seed))
         except ServerError as exc:
             if exc.status != 400 or len(piece.indices) == 1:
                 raise
@@ -250,45 +231,3 @@ class OpenAISampler(Sampler):
                 finish_reason="error" if reason == "abort" else reason, wall_time_s=share, seed=piece.seed,
                 error="the server aborted the request" if reason == "abort" else None))
         return out
-
-    async def _post(self, client, slots: asyncio.Semaphore, body: dict[str, Any]) -> dict[str, Any]:
-        """POST ``/chat/completions`` with retries; returns the JSON answer or raises ServerError."""
-        import httpx
-
-        for attempt in range(self.max_retries + 1):
-            retry_after = None
-            try:
-                async with slots:
-                    self.http_stats["requests"] += 1
-                    response = await client.post("/chat/completions", json=body)
-            except httpx.TransportError as exc:  # time-outs, refused or dropped connections
-                error = ServerError(f"{type(exc).__name__} talking to {self.base_url}: {exc}")
-            else:
-                if response.status_code == 200:
-                    return response.json()
-                error = ServerError(f"HTTP {response.status_code} from {self.base_url}/chat/completions: "
-                                    f"{_error_message(response)}", response.status_code)
-                if response.status_code not in RETRY_STATUS:
-                    raise error
-                retry_after = _retry_after(response.headers.get("Retry-After"))
-            if attempt == self.max_retries:
-                raise ServerError(f"gave up after {attempt + 1} attempts: {error}", error.status)
-            self.http_stats["retries"] += 1
-            cap = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
-            await asyncio.sleep(max(random.uniform(0, cap), retry_after or 0.0))
-        raise AssertionError("unreachable")
-
-
-def _error_message(response) -> str:
-    try:
-        error = response.json().get("error")
-        return str(error.get("message", error)) if isinstance(error, dict) else str(error)
-    except Exception:
-        return response.text[:500]
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(float(value), 0.0) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: fall back to our own backoff

@@ -2,10 +2,8 @@
 
 A prediction file is JSONL (one ``{instance_id, model_name_or_path, model_patch}`` per line), a JSON
 list of such objects, or a JSON object keyed by instance id (the harness accepts all three).
-``SWEPredictionsSampler`` (backend ``swe_predictions``) serves them to the runner: configure one
-generator per system with ``options: {path: preds.jsonl}``; ``num_samples`` caps how many
-predictions per instance are kept (a file may hold several per instance, e.g. many samples).
-An instance without a prediction gets an error candidate, so the gap is visible, not silent.
+The sampler backend ``swe_predictions`` (``monkeybarrel.samplers.swe_predictions``) serves them
+to the runner.
 """
 
 from __future__ import annotations
@@ -13,9 +11,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from ..core.records import Candidate
-from ..samplers.base import SAMPLERS, Sampler, SampleRequest
-from ..tasks.files import TaskDataError
+
+from ...core.files import TaskDataError
 
 FIELDS = ("instance_id", "model_name_or_path", "model_patch")
 
@@ -72,31 +69,3 @@ def write_predictions(rows: list[dict], path: str | Path) -> Path:
     path = Path(path)
     path.write_text("".join(json.dumps({k: row[k] for k in FIELDS}) + "\n" for row in rows))
     return path
-
-
-@SAMPLERS.register("swe_predictions")
-class SWEPredictionsSampler(Sampler):
-    """Serves a system's predictions as candidates (no model is run).
-
-    Args:
-        spec: the generator (its id names the system; ``num_samples`` predictions per instance).
-        path: the prediction file.
-    """
-
-    def __init__(self, spec, path: str) -> None:
-        super().__init__(spec)
-        self.path = path
-        self.predictions = read_predictions(path)
-
-    def _sample(self, request: SampleRequest) -> list[Candidate]:
-        rows = self.predictions.get(request.problem.problem_id, [])
-        out = []
-        for index in request.sample_indices:
-            if index < len(rows):
-                out.append(Candidate(problem_id=request.problem.problem_id, generator_id=self.generator_id,
-                                     sample_index=index, text=rows[index]["model_patch"] or "", seed=request.seed))
-            else:
-                out.append(Candidate(problem_id=request.problem.problem_id, generator_id=self.generator_id,
-                                     sample_index=index, text=None, finish_reason="error", seed=request.seed,
-                                     error=f"{self.path}: no prediction #{index} for {request.problem.problem_id}"))
-        return out

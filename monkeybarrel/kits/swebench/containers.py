@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+DEFAULT_CACHE = Path.home() / ".cache" / "monkeybarrel" / "swe_exec"
+"""Where the pool caches execution results unless told otherwise."""
 OUTPUT_LIMIT = 64_000
 """Characters of output kept per execution (head and tail)."""
 _SCRATCH = "/tmp/mb"

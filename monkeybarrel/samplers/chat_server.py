@@ -3,7 +3,7 @@
 It serves real model outputs for the ``openai`` backend's fast tests and for local development
 without vLLM; in production, point the ``openai`` backend at ``vllm serve`` (or any compatible server).
 
-    python -m monkeybarrel.samplers.serving --model smollm2-135m-instruct --port 8000
+    python -m monkeybarrel.samplers.chat_server --model smollm2-135m-instruct --port 8000
 
 Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` with ``model``,
 ``messages``, ``n``, ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``) and

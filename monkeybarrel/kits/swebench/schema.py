@@ -15,7 +15,8 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from ..tasks.files import TaskDataError, read_records
+from ...core.files import TaskDataError, read_records
+from ...core.records import Problem
 
 HUB_DATASETS = {"lite": "princeton-nlp/SWE-bench_Lite", "verified": "princeton-nlp/SWE-bench_Verified"}
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "FAIL_TO_PASS", "PASS_TO_PASS")
@@ -143,3 +144,21 @@ def write_instances(instances: Iterable[SWEInstance], path: str | Path) -> Path:
     path = Path(path)
     path.write_text("".join(json.dumps(i.to_record(), sort_keys=True) + "\n" for i in instances))
     return path
+
+
+PUBLIC_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "hints_text", "version",
+                 "created_at", "image_name", "repo_dir", "test_cmd")
+
+
+def public_instance(problem: Problem) -> SWEInstance:
+    """The label-free view of a problem's instance (no gold patch, no test lists)."""
+    meta = problem.metadata
+    return SWEInstance(**{k: meta[k] for k in PUBLIC_FIELDS if meta.get(k) is not None},
+                       patch="", FAIL_TO_PASS=(), PASS_TO_PASS=())
+
+
+def full_instance(problem: Problem) -> SWEInstance:
+    """The whole instance (gold patch, FAIL_TO_PASS, PASS_TO_PASS) from the problem's reference."""
+    if not problem.reference_answer:
+        raise ValueError(f"{problem.problem_id}: no reference (the instance is only visible to label stages)")
+    return SWEInstance.model_validate(json.loads(problem.reference_answer))

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from .containers import ContainerPool, Workspace
 from .diffs import MalformedPatch, is_trivial, normalize_patch
-from .llm import ChatLLM
+from ..chat import ChatLLM
 from .voting import extract_script, script_execution
 
 SYSTEM = ("You are a careful software engineer choosing between candidate fixes for a GitHub issue. "

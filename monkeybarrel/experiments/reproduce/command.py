@@ -1,0 +1,48 @@
+"""``monkeybarrel reproduce list | NAME [--data PATH] [--out DIR]``: run a recipe, print and write the table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ...orchestrator.store import StoreError
+from ..hub import DataUnavailableError
+from . import all_recipes
+from .base import print_comparison, write_outputs
+
+
+def reproduce(name: str, data: str | None, out: Path | None, console: Console) -> int:
+    """Exit status: 0 done, 2 unknown recipe / unusable data / hub unreachable (message on stderr)."""
+    recipes = all_recipes()
+    if name == "list":
+        table = Table(title="recipes (monkeybarrel reproduce NAME [--data PATH])")
+        for column in ("name", "reproduces", "released data", "--data"):
+            table.add_column(column)
+        for recipe in recipes.values():
+            table.add_row(recipe.name, f"{recipe.title}\n[dim]{recipe.paper}[/dim]", recipe.dataset, recipe.data_help)
+        console.print(table)
+        return 0
+    recipe = recipes.get(name)
+    if recipe is None:
+        print(f"error: unknown recipe {name!r}; known: {', '.join(recipes)} (see `monkeybarrel reproduce list`)",
+              file=sys.stderr)
+        return 2
+    if data is not None and not Path(data).exists():
+        print(f"error: --data {data}: no such file or directory ({recipe.name} takes {recipe.data_help})", file=sys.stderr)
+        return 2
+    out = out or Path("runs") / "reproduce" / recipe.name
+    try:
+        result = recipe.run(data, out)
+    except DataUnavailableError as exc:
+        print(f"error: {recipe.name}: {exc}\n(--data takes {recipe.data_help})", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, StoreError) as exc:  # schema errors name the file, row and field
+        print(f"error: {recipe.name}: {exc}", file=sys.stderr)
+        return 2
+    print_comparison(result, console)
+    report = write_outputs(result, out)
+    console.print(f"report: {report}")
+    return 0

@@ -1,0 +1,92 @@
+"""Accuracy against k for every selector: refits on paired random k-subsets, exact at k = n."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from monkeybarrel.core.config import EvaluateSpec, ExperimentConfig, SelectorSpec, TaskSpec, VerifierSpec
+from monkeybarrel.core.metrics import majority_curve, selection_accuracy
+from monkeybarrel.core.selection_data import SelectionData
+from monkeybarrel.orchestrator.accuracy_vs_k import accuracy_vs_k, pool_answer_frequency, random_k_subset
+from monkeybarrel.orchestrator.report import plot_curves, render_markdown
+from monkeybarrel.orchestrator.select_stage import build_selector, fit_selector
+
+SELECTORS = [SelectorSpec(name="majority", type="majority"), SelectorSpec(name="weaver", type="weaver"),
+             SelectorSpec(name="naive", type="naive_ensemble"), SelectorSpec(name="best single", type="best_single")]
+
+
+def experiment(problems: int = 60, candidates: int = 8, seed: int = 0) -> tuple[SelectionData, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    n = problems * candidates
+    y = rng.random(n) < 0.35
+    answers = np.where(y, "right", np.char.add("wrong", rng.integers(0, 3, n).astype(str)))
+    scores = rng.normal(size=(n, 4)) + y[:, None] * np.array([0.4, 0.8, 1.2, 0.2])
+    keys = pa.table({"problem_id": np.repeat([f"p{i:03d}" for i in range(problems)], candidates),
+                     "generator_id": ["g"] * n, "sample_index": np.tile(np.arange(candidates), problems)})
+    data = SelectionData.build(keys, scores, ("v0", "v1", "v2", "frequency"), list(answers))
+    frequency = pool_answer_frequency(data)
+    data = SelectionData.build(keys, np.column_stack([scores[:, :3], frequency]), data.verifiers, list(answers))
+    return data, y
+
+
+def config(**evaluate) -> ExperimentConfig:
+    return ExperimentConfig(task=TaskSpec(name="arithmetic", num_problems=4), selectors=SELECTORS,
+                            verifiers=[VerifierSpec(name="frequency", type="answer_frequency")],
+                            evaluate=EvaluateSpec(**evaluate))
+
+
+def test_random_k_subsets_are_uniform_k_subsets_of_the_problems_with_k_rows():
+    groups = np.repeat([0, 1, 2], [5, 3, 5])
+    rng = np.random.default_rng(0)
+    seen = np.zeros(groups.size)
+    for _ in range(2000):
+        rows = random_k_subset(groups, 3, 4, rng)
+        assert np.bincount(groups[rows], minlength=3).tolist() == [4, 0, 4]
+        seen[rows] += 1
+    assert np.allclose(seen[groups != 1] / 2000, 0.8, atol=0.04) and seen[groups == 1].sum() == 0
+
+
+def test_curves_are_exact_at_n_paired_at_one_and_majority_matches_the_spine():
+    data, y = experiment()
+    ks = [1, 2, 4, 8]
+    curves = accuracy_vs_k(config(selector_trials=24), data, y, ks)
+    assert set(curves) == {spec.name for spec in SELECTORS}
+    for index, spec in enumerate(SELECTORS):  # k = n: the selector on all samples
+        full = fit_selector(build_selector(config(), spec, f"selectors[{index}]"), data, y).select(data)
+        assert abs(curves[spec.name]["8"] - selection_accuracy(full, y)) < 1e-12
+    # k = 1: one candidate per problem, the same for every selector (paired subsets)
+    assert len({round(curve["1"], 12) for curve in curves.values()}) == 1
+    assert abs(curves["majority"]["1"] - y.mean()) < 0.05
+    spine = majority_curve(data.answers, y, data.groups, data.tiebreak, data.n_problems, ks, trials=256)
+    for k in (2, 4):  # the selector refitted on subsets and the spine's estimate agree
+        assert abs(curves["majority"][str(k)] - spine[k]) < 0.06
+    # Weaver and the naive ensemble gain from more samples; coverage bounds every curve
+    assert curves["weaver"]["8"] > curves["weaver"]["1"] + 0.1
+    assert curves["naive"]["8"] > curves["naive"]["1"] + 0.1
+
+
+def test_pool_dependent_columns_are_recomputed_on_each_subset():
+    keys = pa.table({"problem_id": ["a"] * 4 + ["b"] * 2, "generator_id": ["g"] * 6, "sample_index": [0, 1, 2, 3, 0, 1]})
+    data = SelectionData.build(keys, answers=["1", "1", "2", None, "x", "y"])
+    assert pool_answer_frequency(data).tolist() == [0.5, 0.5, 0.25, 0.0, 0.5, 0.5]
+    assert pool_answer_frequency(data.subset(np.array([0, 2, 4]))).tolist() == [0.5, 0.5, 1.0]
+
+
+def test_selected_curves_only_and_the_report_shows_them(tmp_path):
+    data, y = experiment(problems=20)
+    cfg = config(selector_trials=2, selector_curves=["weaver", "majority"])
+    curves = accuracy_vs_k(cfg, data, y, [1, 8])
+    assert set(curves) == {"weaver", "majority"}
+    assert accuracy_vs_k(config(selector_trials=0), data, y, [1, 8]) == {}
+    metrics = {"n_problems": 20, "n_candidates": 160, "samples_per_problem": {"min": 8, "max": 8},
+               "sample_accuracy": float(y.mean()), "ks": [1, 8], "coverage": {"1": 0.3, "8": 0.9},
+               "majority": {"1": 0.3, "8": 0.5}, "accuracy_vs_k": curves,
+               "selection": {"weaver": {"accuracy": curves["weaver"]["8"], "uses_labels": False, "abstained": 0,
+                                        "notes": ["dropped v3: constant: every vote positive"],
+                                        "heldout": {"problems": 5, "accuracy": 0.4}}}}
+    text = render_markdown("t", metrics, {}, None)
+    assert "| k | coverage (%) | majority (%) | weaver (%) |" in text
+    assert "- weaver: dropped v3: constant: every vote positive" in text
+    assert "- weaver: 40.0 % on the 5 problems it was not fitted on" in text
+    assert plot_curves(metrics, tmp_path / "coverage.png").stat().st_size > 1000
