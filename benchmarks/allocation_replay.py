@@ -107,7 +107,7 @@ def real(args: argparse.Namespace) -> dict:
                          f"{args.samples}; some have {int(outcomes.available.min())}")
     data = experiment.selection_data()
     ledger_path = Path(args.directory) / "allocation.parquet"
-    if ledger_path.is_file() and experiment.config.allocation.policy == "confident_majority" or args.ledger:
+    if args.ledger or ledger_path.is_file():
         ledger = pq.read_table(args.ledger or ledger_path).to_pylist()
         final = {}
         for row in ledger:
@@ -128,7 +128,7 @@ def real(args: argparse.Namespace) -> dict:
     a, u = adaptive_right[picks].mean(axis=1), uniform_right[picks].mean(axis=1)
     share = drawn.sum() / uniform_drawn.sum()
     print(f"{args.directory}: {P} problems; confident_majority from {source}")
-    print(f"| arm | samples | share of uniform | majority accuracy (%) | 95% bootstrap interval |")
+    print("| arm | samples | share of uniform | majority accuracy (%) | 95% bootstrap interval |")
     print("|---|---:|---:|---:|---|")
     print(f"| uniform majority@{args.samples} | {uniform_drawn.sum()} | 100% | {100 * uniform_right.mean():.1f} | {_interval(u)} |")
     print(f"| confident_majority | {drawn.sum()} | {100 * share:.0f}% | {100 * adaptive_right.mean():.1f} | {_interval(a)} |")

@@ -27,7 +27,7 @@ class DifficultyModel:
         cell_spread: standard deviation (logits) of a cell's difficulty around its problem's.
     """
 
-    def __init__(self, n_generators: int, n_problems: int, cell_spread: float = 1.5) -> None:
+    def __init__(self, n_generators: int, n_problems: int, cell_spread: float = 3.0) -> None:
         self.shape = (n_generators, n_problems)
         self.cell_spread = cell_spread
         self.ability = np.zeros(n_generators)

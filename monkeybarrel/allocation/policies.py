@@ -175,12 +175,15 @@ class Difficulty(AllocationPolicy):
             sample per unsolved cell, and never more than is left).
         blocks: block levels per cell and round (finer = closer to the greedy optimum).
         em_iterations: prior/ability refits per round.
+        cell_spread: how far (logits, s.d.) a cell's difficulty may stray from its problem's: 0 = a
+            pure Rasch model; larger trusts the other generators less.
     """
 
     needs_checker = True
     stops_when_solved = True
 
-    def __init__(self, round_fraction: float = 0.05, blocks: int = 48, em_iterations: int = 10, cell_spread: float = 1.5) -> None:
+    def __init__(self, round_fraction: float = 0.05, blocks: int = 48, em_iterations: int = 10,
+                 cell_spread: float = 3.0) -> None:
         if not 0.0 < round_fraction <= 1.0:
             raise ValueError(f"round_fraction must lie in (0, 1], got {round_fraction}")
         if blocks < 1 or em_iterations < 1:
