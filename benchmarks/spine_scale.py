@@ -1,15 +1,22 @@
-"""Select + evaluate at scale: 10^4 problems x 100 candidates (10^6 rows) through the real store.
+"""Select + evaluate + report at scale: 10^4 problems x 100 candidates (10^6 rows) through the real store.
 
 Writes synthetic candidates, answers, labels and two verifier score columns into an experiment
-directory with the store's own writers, then times reading them back into ``SelectionData``,
-majority selection, and the full evaluate stage (coverage and majority@k for k = 1..100).
+directory with the store's own writers (``--chunks`` candidate chunk files), then times reading
+them back into ``SelectionData``, majority selection, and the full evaluate stage in-process; last,
+the target figure: ``monkeybarrel report DIR`` as a separate process (wall time and its peak RSS;
+target <= 15 s and <= 1.5 GB on 2 cores), before and after ``monkeybarrel store compact``.
+The machine's load average is printed with it (the figures are wall times on a shared machine).
 
-    python benchmarks/spine_scale.py --problems 10000 --samples 100
+    python benchmarks/spine_scale.py --problems 10000 --samples 100 --chunks 10000
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +31,7 @@ from monkeybarrel.orchestrator.runner import evaluate_and_report
 from monkeybarrel.orchestrator.store import ExperimentStore
 
 
-def build(directory: Path, problems: int, samples: int, seed: int = 0) -> None:
+def build(directory: Path, problems: int, samples: int, seed: int = 0, chunks: int = 10) -> None:
     rng = np.random.default_rng(seed)
     n = problems * samples
     problem_id = np.repeat(np.array([f"p{i:06d}" for i in range(problems)], dtype=object), samples)
@@ -40,7 +47,7 @@ def build(directory: Path, problems: int, samples: int, seed: int = 0) -> None:
     })
     store = ExperimentStore(directory)
     store.write_text("config.yaml", config.to_yaml())
-    chunk = 100_000
+    chunk = -(-n // chunks)
     for start in range(0, n, chunk):
         part = slice(start, start + chunk)
         size = len(problem_id[part])
@@ -58,15 +65,25 @@ def build(directory: Path, problems: int, samples: int, seed: int = 0) -> None:
     store.write_table("labels", pa.table({**keys, "correct": correct}, schema=LABEL_SCHEMA))
 
 
+def report_in_subprocess(directory: Path) -> tuple[float, float]:
+    """``monkeybarrel report DIR`` in a child process: (wall s, child's peak RSS in GB)."""
+    began = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli", "report", str(directory)],
+                   check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - began
+    return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--chunks", type=int, default=10, help="candidate chunk files written")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "scale"
         began = time.perf_counter()
-        build(directory, args.problems, args.samples)
+        build(directory, args.problems, args.samples, chunks=args.chunks)
         print(f"write {args.problems * args.samples:,} candidates + 2 score columns: {time.perf_counter() - began:.1f} s")
         experiment = Experiment(directory)
         began = time.perf_counter()
@@ -82,6 +99,18 @@ def main() -> None:
         metrics = evaluate_and_report(experiment)
         print(f"select + evaluate + report (coverage/majority@k for ks {metrics['ks']}): {time.perf_counter() - began:.1f} s")
         print(f"coverage@100 {metrics['coverage'][str(args.samples)]:.3f}, majority@100 {metrics['majority'][str(args.samples)]:.3f}")
+        load = os.getloadavg()[0]
+        wall, peak = report_in_subprocess(directory)
+        print(f"`monkeybarrel report` ({args.chunks} candidate chunks, {os.cpu_count()} cores, load {load:.1f}): "
+              f"{wall:.1f} s, peak RSS {peak:.2f} GB")
+        if args.chunks > 1:
+            began = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli", "store", "compact", str(directory)],
+                           check=True, stdout=subprocess.DEVNULL)
+            compacted = time.perf_counter() - began
+            load = os.getloadavg()[0]
+            wall, _ = report_in_subprocess(directory)
+            print(f"`monkeybarrel store compact`: {compacted:.1f} s; `report` after it (1 chunk, load {load:.1f}): {wall:.1f} s")
 
 
 if __name__ == "__main__":

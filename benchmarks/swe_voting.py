@@ -21,6 +21,7 @@ from monkeybarrel.kits.swebench.containers import ContainerPool
 from monkeybarrel.kits.swebench.predictions import read_predictions
 from monkeybarrel.kits.swebench.schema import load_instances
 from monkeybarrel.kits.swebench.voting import run_vote_matrix, script_execution
+from monkeybarrel.sandbox.docker_backend import session_isolation
 
 
 def tests_for(n: int) -> list[str]:
@@ -43,8 +44,7 @@ def docker_run_each(instance, patches, tests, workers: int) -> tuple[float, int,
     import docker
 
     client = docker.from_env()
-    options = ContainerPool().container_options()
-    options.pop("detach")
+    options = session_isolation()
     pairs = [(p, t) for p in [*dict.fromkeys(patches), None] for t in tests]
 
     def one(pair) -> int:
@@ -102,8 +102,8 @@ def swe_report(run_dir: str, image: str = "monkeybarrel/swe-taskset:1") -> str:
                              "--format", "{{.ID}}"], capture_output=True, text=True, timeout=60).stdout.split()
     lines += ["", f"containers started during the run ({image}, from docker events): {len(events)}",
               f"run wall time: {ended - began:.0f} s; stage wall times: {manifest.get('costs', {}).get('stage_wall_s')}"]
-    for name in ("transcripts", "ensemble_transcripts"):
-        folder = Path(f"{run_dir}_artifacts") / name
+    for name in ("state_machine", "barrel_of_monkeys"):  # the state-machine verifiers' records in the store
+        folder = Path(run_dir) / "artifacts" / name
         records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
         if records:
             events_ = [e["event"] for r in records for e in r["events"]]

@@ -71,7 +71,7 @@ def test_policies_that_need_a_checker_refuse_a_config_without_one(tmp_path: Path
 
 
 def test_sigkill_mid_round_then_resume_loses_and_duplicates_nothing(tmp_path: Path):
-    config = tiny_config(problems=4, samples=3, max_tokens=10,
+    config = tiny_config(problems=4, samples=3, max_tokens=10, store={"chunk_problems": 1},
                          allocation={"policy": "uniform", "options": {"round_size": 1}})
     config["generators"][0]["options"]["max_batch"] = 1  # one sample per batch: chunks land one by one
     config_path = tmp_path / "config.yaml"

@@ -116,7 +116,8 @@ def test_verifier_quality_reports_failures_top1_and_auroc():
                        [0.6, 0.4, np.nan]])
     data = SelectionData.build(keys, scores, ("good", "bad", "dead"))
     quality = verifier_quality(data, labels)
-    assert quality["good"] == {"failed": 0.0, "top1_accuracy": 1.0, "auroc": 1.0}
-    assert quality["bad"]["top1_accuracy"] == 0.0 and quality["bad"]["auroc"] == 0.0
-    assert quality["dead"]["failed"] == 1.0 and quality["dead"]["top1_accuracy"] == 0.0
-    assert np.isnan(quality["dead"]["auroc"])
+    assert quality["good"]["failed"] == 0.0 and quality["good"]["auroc"] == 1.0
+    assert quality["good"]["top1_hits"].tolist() == [1.0, 1.0]
+    assert quality["bad"]["top1_hits"].tolist() == [0.0, 0.0] and quality["bad"]["auroc"] == 0.0
+    assert quality["dead"]["failed"] == 1.0 and quality["dead"]["top1_hits"].tolist() == [0.0, 0.0]
+    assert quality["dead"]["auroc"] is None

@@ -121,5 +121,14 @@ def test_local_files_in_the_same_schema(tmp_path):
 
 def test_a_broken_sandbox_raises_instead_of_labelling(problems):
     task = HumanEvalTask(num_problems=1, python="/nonexistent/python3")
-    with pytest.raises(RuntimeError, match="sandbox failed on 1 of 1 runs"):
+    with pytest.raises(RuntimeError, match="sandbox failed on all 1 runs"):
         task.check([RAW["HumanEval/0"]["canonical_solution"]], problems[:1])
+
+
+def test_a_candidate_faking_sandbox_errors_is_a_wrong_answer_not_a_failed_batch(task, problems):
+    """Printing a wrapper's error text and exiting 127, or 'MemoryError', is the candidate's own failure."""
+    forged = ["import sys\nsys.stderr.write('sandbox-init: 1: python3: not found\\n')\nsys.exit(127)\n",
+              "import sys\nsys.stderr.write('bwrap: Creating new namespace failed\\n')\nsys.exit(1)\n",
+              "raise MemoryError('Cannot allocate memory')\n"]
+    good = RAW["HumanEval/0"]["canonical_solution"]
+    assert task.check([*forged, good], [problems[0]] * 4) == [False, False, False, True]

@@ -1,4 +1,4 @@
-"""Test-voting selection: most votes, then the shortest text; optional model choice among the top k."""
+"""Test-voting selection (most votes, then the shortest text) and the model_choice verifier among the top k."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from monkeybarrel.core.records import Candidate, Problem
 from monkeybarrel.core.selection_data import SelectionData
 from monkeybarrel.selection.base import SELECTORS
 from monkeybarrel.selection.checks import check_selector
 from monkeybarrel.selection.votes import TestVoting
+from monkeybarrel.verifiers.model_choice import ModelChoice
 
 
 def voting_data(votes, texts, problems, problem_texts=None) -> SelectionData:
@@ -61,14 +63,33 @@ def test_model_choice_among_the_top_three_distinct():
     }
     texts = [code["wrong"], code["right"], code["wrong"], code["odd"], code["right"], "def add(a, b): pass"]
     votes = [3, 3, 3, 2, 1, 0]
-    problems = ["p0"] * 4 + ["p1"] * 2
-    data = voting_data(votes, texts, problems, ["Write add(a, b) returning the sum of a and b."] * 2)
-    selector = TestVoting(verifier="votes", llm_top_k=3, num_threads=1).fit(data)
-    chosen = selector.select(data)
-    shown, probabilities = selector.llm_choices_[0]
-    assert shown == [0, 1, 3]  # top by votes/length, duplicate texts shown once
+    problems = [Problem(problem_id=f"p{g}", task="humaneval", prompt="Write add(a, b) returning the sum of a and b.")
+                for g in range(2)]
+    groups = [[0, 1, 2, 3], [4, 5]]
+    verifier = ModelChoice("choice", votes="votes", top_k=3, num_threads=1)
+    assert verifier.reads == ("votes",)
+
+    def choose(problem, rows):
+        candidates = [Candidate(problem_id=problem.problem_id, generator_id="g", sample_index=r, text=texts[r])
+                      for r in rows]
+        verifier.provide(problem.problem_id, "votes", [votes[r] for r in rows], None)
+        scores, reasons = verifier.score_safely(problem, candidates)
+        return scores, reasons, verifier.pop_record(problem.problem_id)
+
+    scores, reasons, record = choose(problems[0], groups[0])
+    # top by votes/length, duplicate texts shown once: wrong (rows 0, 2), right (row 1), odd (row 3)
+    assert record["shown"] == [code["wrong"], code["right"], code["odd"]]
+    probabilities = record["probabilities"]
     assert len(probabilities) == 3 and abs(sum(probabilities) - 1) < 1e-5
-    assert chosen[0] == shown[int(np.argmax(probabilities))]
-    assert set(selector.llm_choices_) == {0, 1}
-    again = TestVoting(verifier="votes", llm_top_k=3, num_threads=1).fit(data).select(data)
-    assert again.tolist() == chosen.tolist()  # deterministic (no sampling)
+    assert scores.tolist() == pytest.approx([probabilities[0], probabilities[1], probabilities[0], probabilities[2]])
+    assert reasons == [None] * 4
+    data = voting_data(scores, [texts[r] for r in groups[0]], ["p0"] * 4)
+    picked = SELECTORS.get("best_single")(verifier="votes").fit(data).select(data)[0]
+    assert texts[picked] == record["shown"][int(np.argmax(probabilities))]
+    again, _, _ = choose(problems[0], groups[0])
+    assert again.tolist() == scores.tolist()  # deterministic (no sampling)
+    scores, reasons, record = choose(problems[1], groups[1])  # two distinct texts with votes: the model decides
+    assert np.isfinite(scores).all() and len(record["probabilities"]) == 2
+    scores, reasons, record = choose(problems[1], [4])  # one candidate: no model, it scores 1
+    assert scores.tolist() == [1.0] and "probabilities" not in record
+    verifier.close()

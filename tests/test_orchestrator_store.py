@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -10,17 +11,19 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import yaml
 
 from conftest import tiny_config
-from monkeybarrel.core.config import ExperimentConfig
+from monkeybarrel.core.config import ConfigError, ExperimentConfig
 from monkeybarrel.core.records import CANDIDATE_SCHEMA
 from monkeybarrel.orchestrator.config_guard import ConfigConflictError
 from monkeybarrel.orchestrator.runner import run_experiment
 from monkeybarrel.orchestrator.store import ExperimentStore, StoreError
 from monkeybarrel.core.files import TaskDataError
+from monkeybarrel.verifiers.base import VERIFIERS, Verifier
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -34,23 +37,110 @@ def _keys(directory: Path) -> list[tuple[str, str, int]]:
                     table.column("sample_index").to_pylist()))
 
 
-def test_chunks_are_atomic_and_temporaries_are_cleaned(tmp_path: Path):
+def _candidate_rows(indices, problem="p", answer="42"):
+    return pa.Table.from_pylist([{"problem_id": problem, "generator_id": "g", "sample_index": i,
+                                  "text": f"The answer is {answer}.", "prompt_tokens": 1, "completion_tokens": 1,
+                                  "finish_reason": "stop", "wall_time_s": 0.1, "seed": 1, "error": None}
+                                 for i in indices], schema=CANDIDATE_SCHEMA)
+
+
+def test_temporaries_belong_to_their_writer_and_only_dead_writers_are_cleaned(tmp_path: Path):
     store = ExperimentStore(tmp_path)
-    row = {"problem_id": "p", "generator_id": "g", "sample_index": 0, "text": "t", "prompt_tokens": 1,
-           "completion_tokens": 1, "finish_reason": "stop", "wall_time_s": 0.1, "seed": 1, "error": None}
-    store.append_chunk("candidates", pa.Table.from_pylist([row], schema=CANDIDATE_SCHEMA))
-    (tmp_path / "candidates" / ".tmp-deadbeef-part-x.parquet").write_bytes(b"half a parquet file")
-    reopened = ExperimentStore(tmp_path)
-    assert not list((tmp_path / "candidates").glob(".tmp-*"))
-    assert reopened.candidates().num_rows == 1
-    store.append_chunk("candidates", pa.Table.from_pylist([row], schema=CANDIDATE_SCHEMA))
-    with pytest.raises(StoreError, match="1 duplicate key"):
+    store.append_chunk("candidates", _candidate_rows([0]))
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        in_flight = tmp_path / "candidates" / f".tmp-{live.pid}-abc-part-x.parquet"   # a live writer's chunk
+        in_flight.write_bytes(b"half a parquet file")
+        dead = tmp_path / "candidates" / ".tmp-999999999-abc-part-y.parquet"            # a killed writer's
+        dead.write_bytes(b"half a parquet file")
+        reopened = ExperimentStore(tmp_path)              # opening (reading) deletes nothing
+        assert in_flight.exists() and dead.exists()
+        assert reopened.candidates().num_rows == 1        # and never reads temporaries
+        assert reopened.remove_stale_temporaries() == [dead]
+        assert in_flight.exists() and not dead.exists()
+    finally:
+        live.kill()
+        live.wait()
+    store.append_chunk("candidates", _candidate_rows([0]))
+    with pytest.raises(StoreError, match="1 duplicate key.*store repair"):
         reopened.candidates()
+
+
+def test_second_writer_is_refused_naming_the_holder(tmp_path: Path):
+    from monkeybarrel.orchestrator.lock import RunLock, StoreLockedError
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from monkeybarrel.orchestrator.lock import RunLock; "
+                               f"lock = RunLock({str(tmp_path)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StoreLockedError, match=f"pid {holder.pid}"):
+            RunLock(tmp_path).acquire()
+        with pytest.raises(StoreLockedError, match=f"pid {holder.pid}"):
+            run_experiment(ExperimentConfig.from_dict(tiny_config(problems=1, samples=1)), tmp_path, show_progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunLock(tmp_path):            # a killed holder's lock is free at once (the kernel drops it)
+        pass
+
+
+def test_force_removes_only_store_files_and_refuses_a_non_store(tmp_path: Path):
+    user_dir = tmp_path / "papers"
+    user_dir.mkdir()
+    (user_dir / "draft.tex").write_text("precious")
+    with pytest.raises(StoreError, match="not an experiment store.*refusing"):
+        run_experiment(ExperimentConfig.from_dict(tiny_config(problems=1, samples=1)), user_dir, force=True,
+                       show_progress=False)
+    assert [p.name for p in user_dir.iterdir()] == ["draft.tex"]
+
+    store = ExperimentStore(tmp_path / "run")
+    store.write_text("config.yaml", "name: x\n")
+    store.append_chunk("candidates", _candidate_rows([0, 1]))
+    store.append_chunk("scores/judge", pa.table({"problem_id": ["p"], "generator_id": ["g"], "sample_index": [0],
+                                                 "verifier": ["judge"], "score": [1.0], "error": [None]}))
+    (store.root / "notes.md").write_text("mine")
+    (store.root / "candidates" / "README").write_text("mine too")
+    kept = store.discard()
+    assert sorted(p.name for p in kept) == ["README", "notes.md"]
+    assert sorted(str(p.relative_to(store.root)) for p in store.root.rglob("*") if p.is_file()) == \
+        ["candidates/README", "notes.md"]
+
+
+def test_store_check_repair_compact(tmp_path: Path, capsys):
+    from monkeybarrel.orchestrator.cli import main
+    from monkeybarrel.orchestrator.store_maintenance import check
+
+    store = ExperimentStore(tmp_path)
+    store.write_text("config.yaml", "name: x\n")
+    for i in range(5):
+        store.append_chunk("candidates", _candidate_rows([i]))
+    store.append_chunk("candidates", _candidate_rows([3, 4], answer="7"))      # a second writer's duplicates
+    (store.root / "candidates" / "part-99999999999999999999-bad.parquet").write_bytes(b"not parquet")
+    health = check(tmp_path)
+    assert health.duplicates["candidates"] == 2 and len(health.damaged) == 1 and health.chunks["candidates"] == 7
+    assert main(["store", "check", str(tmp_path)]) == 1
+    assert "2 duplicate key(s)" in capsys.readouterr().out
+    with pytest.raises(StoreError, match="bad.parquet: damaged chunk"):
+        store.candidates()
+    assert main(["store", "repair", str(tmp_path)]) == 0
+    assert "moved damaged chunk" in capsys.readouterr().out
+    table = store.candidates()
+    assert sorted(table.column("sample_index").to_pylist()) == [0, 1, 2, 3, 4]
+    texts = dict(zip(table.column("sample_index").to_pylist(), table.column("text").to_pylist()))
+    assert texts[3] == texts[4] == "The answer is 7." and texts[0] == "The answer is 42."   # newest kept
+    assert len(store.chunk_paths("candidates")) == 1 and (tmp_path / "damaged" / "candidates").is_dir()
+    assert main(["store", "check", str(tmp_path)]) == 0
+    for i in range(5, 8):
+        store.append_chunk("candidates", _candidate_rows([i]))
+    assert main(["store", "compact", str(tmp_path)]) == 0
+    assert len(store.chunk_paths("candidates")) == 1 and store.candidates().num_rows == 8
 
 
 def test_sigkill_mid_run_then_resume_has_no_missing_or_duplicate_candidates(tmp_path: Path):
     config = tiny_config(problems=4, samples=3, max_tokens=12)
     config["generators"][0]["options"]["max_batch"] = 3  # one problem per batch: chunks land one by one
+    config["store"] = {"chunk_problems": 1}
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
@@ -118,9 +208,9 @@ def test_resume_adds_only_missing_and_refuses_result_changing_edits(tmp_path: Pa
 def test_a_model_that_cannot_load_stops_the_run_and_records_nothing(tmp_path: Path):
     config = tiny_config(problems=2, samples=2)
     config["generators"][0]["model"] = str(tmp_path / "no-such-model-dir")
-    with pytest.raises(OSError):
+    with pytest.raises(ConfigError, match=r"generators\[0\]\.model: .*no-such-model-dir: no such model"):
         run_experiment(ExperimentConfig.from_dict(config), tmp_path / "run", show_progress=False)
-    assert ExperimentStore(tmp_path / "run").candidates().num_rows == 0
+    assert not (tmp_path / "run").exists()
 
 
 def test_new_samples_rescore_whole_problem_verifiers_and_the_newest_scores_win(tmp_path: Path):
@@ -151,3 +241,74 @@ def test_new_samples_rescore_whole_problem_verifiers_and_the_newest_scores_win(t
     assert scores("freq") == {0: 0.5, 1: 0.5, 2: 0.25, 3: 0.25}
     assert store.scores("freq").num_rows == 4 and store.scores("has").num_rows == 4
     assert run_verify_stage(store, config, problems, show_progress=False) == {}   # nothing left to do
+
+
+@VERIFIERS.register("test_interrupting")
+class _InterruptingVerifier(Verifier):
+    """Scores 1.0 and, on its ``after``-th problem, behaves as if the user pressed Ctrl-C."""
+
+    def __init__(self, name: str, after: int = 2) -> None:
+        super().__init__(name)
+        self.after, self.calls = after, 0
+
+    def score(self, problem, candidates):
+        self.calls += 1
+        if self.calls > self.after:
+            raise KeyboardInterrupt
+        return np.ones(len(candidates))
+
+
+def _prestored(directory: Path, problems: int, samples: int) -> None:
+    """Candidates under tiny_config's keys, so a run samples nothing (no model needed)."""
+    store = ExperimentStore(directory)
+    for p in range(problems):
+        store.append_chunk("candidates", pa.Table.from_pylist([
+            {"problem_id": f"arithmetic-d1-{p:05d}", "generator_id": "smol", "sample_index": i,
+             "text": f"The answer is {i}.", "prompt_tokens": 3, "completion_tokens": 5, "finish_reason": "stop",
+             "wall_time_s": 0.1, "seed": 0, "error": None} for i in range(samples)], schema=CANDIDATE_SCHEMA))
+
+
+def test_ctrl_c_during_verify_keeps_every_finished_score(tmp_path: Path, capsys):
+    from monkeybarrel.orchestrator.cli import main
+
+    out = tmp_path / "run"
+    _prestored(out, problems=5, samples=2)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(problems=5, samples=2, verifiers=[
+        {"name": "has", "type": "has_answer"}, {"name": "stop", "type": "test_interrupting", "options": {"after": 3}}])))
+    assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 130
+    assert "every finished candidate and score is stored" in capsys.readouterr().err
+    store = ExperimentStore(out)
+    assert store.scores("has").num_rows == 10                  # the verifier before finished and is kept
+    assert store.scores("stop").num_rows == 6                  # 3 finished problems x 2, written on Ctrl-C
+    assert store.candidates().num_rows == 10 and not store.temporaries()
+
+
+def test_runtime_options_never_block_and_a_changed_verifier_rescores_alone(tmp_path: Path):
+    out = tmp_path / "run"
+    _prestored(out, problems=2, samples=2)
+    verifiers = [{"name": "has", "type": "has_answer"}, {"name": "len", "type": "length", "options": {"prefer": "shorter"}}]
+    run_experiment(ExperimentConfig.from_dict(tiny_config(problems=2, samples=2, verifiers=verifiers)), out,
+                   show_progress=False)
+    candidates, has = _digest(out / "candidates"), _digest(out / "scores" / "has")
+
+    faster = tiny_config(problems=2, samples=2, verifiers=verifiers)
+    faster["generators"][0]["options"] = {"num_threads": 2, "max_batch": 7}    # runtime-only: no conflict
+    faster["store"] = {"chunk_rows": 5, "flush_seconds": 1}
+    run_experiment(ExperimentConfig.from_dict(faster), out, show_progress=False)
+
+    longer = [verifiers[0], {"name": "len", "type": "length", "options": {"prefer": "longer"}}]
+    before = ExperimentStore(out).scores("len").column("score").to_pylist()
+    run_experiment(ExperimentConfig.from_dict(tiny_config(problems=2, samples=2, verifiers=longer)), out,
+                   show_progress=False)
+    after = ExperimentStore(out).scores("len").column("score").to_pylist()
+    assert after != before and len(after) == 4                 # re-scored with the new options
+    assert _digest(out / "candidates") == candidates and _digest(out / "scores" / "has") == has
+
+    manifest = json.loads((out / "manifest.json").read_text())  # a verifier that never stored anything
+    manifest["result_inputs"]["verifiers[name=judge]"] = {"name": "judge", "type": "weavr", "options": {}}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    fixed = [*longer, {"name": "judge", "type": "has_answer"}]
+    run_experiment(ExperimentConfig.from_dict(tiny_config(problems=2, samples=2, verifiers=fixed)), out,
+                   show_progress=False)
+    assert ExperimentStore(out).scores("judge").num_rows == 4

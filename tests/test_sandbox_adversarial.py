@@ -1,12 +1,14 @@
 """Hostile programs against both sandbox backends: each is contained, reported with the right
 outcome, leaves the host untouched and leaves no processes, containers or work directories behind.
 
-The Docker cases skip with the reason when no daemon/image is available (`.ci/docker_setup.sh`).
+``local`` runs under the isolation layer ``$MONKEYBARREL_SANDBOX_ISOLATION`` picks (default: the
+strongest here), so CI runs this file once per layer; cases that need a protection the layer does
+not have skip with the reason. The Docker cases skip with the reason when no daemon/image is
+available (`.ci/docker_setup.sh`).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import tempfile
@@ -97,10 +99,158 @@ def test_infinite_loop_times_out_and_is_killed(sandbox):
     assert 1.9 <= result.wall_s < 10
 
 
+def needs(sandbox, protection: str) -> None:
+    if protection not in sandbox.protections:
+        pytest.skip(f"{sandbox.name} with isolation {getattr(sandbox, 'isolation', '-')!r} has no {protection!r} here "
+                    f"(protections: {', '.join(sandbox.protections)})")
+
+
 def test_memory_hog_hits_the_memory_limit(sandbox):
     code = "chunks = []\nwhile True:\n    chunks.append(b'x' * (64 << 20))\n"
     result = run_python(sandbox, code, Limits(time_s=15, memory_mb=256))
-    assert result.outcome is Outcome.MEMORY_LIMIT, (result.outcome, result.stderr[-500:])
+    if "cgroup-memory" in sandbox.protections:  # the kernel's OOM kill in the run's cgroup decides
+        assert result.outcome is Outcome.MEMORY_LIMIT, (result.outcome, result.stderr[-500:])
+    else:  # RLIMIT_AS only: the failed allocation is the program's own error, not a fact we can check
+        assert result.outcome is Outcome.ERROR_EXIT and "MemoryError" in result.stderr
+
+
+TREE_MEMORY = """
+import os, select, sys, time
+r, w = os.pipe()
+pids = []
+for index in range(12):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = bytearray(100 << 20)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            os.write(w, bytes([index]))
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    pids.append(pid)
+os.close(w)
+reported, deadline = set(), time.time() + 8
+while len(reported) < 12 and time.time() < deadline:
+    if select.select([r], [], [], 0.2)[0]:
+        got = os.read(r, 64)
+        if not got:
+            break
+        reported.update(got)
+alive = [i for i in reported if os.waitpid(pids[i], os.WNOHANG) == (0, 0)]
+print(len(alive), flush=True)
+"""
+
+
+def test_forked_children_share_one_memory_limit(sandbox):
+    """12 children x 100 MB under a 256 MB limit: per-process RLIMIT_AS let all 12 (1.2 GB) through."""
+    needs(sandbox, "cgroup-memory")
+    result = run_python(sandbox, TREE_MEMORY, Limits(time_s=12, memory_mb=256, processes=32))
+    held = int(result.stdout.split()[-1]) if result.stdout.split() else 0
+    assert held <= 2, f"{held} children held 100 MB each at once"
+    assert result.outcome is Outcome.MEMORY_LIMIT, (result.outcome, result.error)
+
+
+FILL = """
+import sys
+block = b'x' * (1 << 20)
+written = 0
+try:
+    for i in range(100):
+        with open(f'{sys.argv[1]}/fill-{i}', 'wb') as f:
+            for _ in range(4):
+                f.write(block)
+                written += 1
+except OSError as exc:
+    print('stopped', exc.errno)
+print(written, flush=True)
+"""
+
+
+@pytest.mark.parametrize("target", [".", "/tmp", "/dev/shm", "/var/tmp", "/run"])
+def test_writable_places_are_sized_by_the_disk_budget(sandbox, target):
+    """400 MB in 4 MB files into the work dir and every scratch mount, under disk_mb=32 (memory 1 GB)."""
+    needs(sandbox, "disk-budget")
+    if target != ".":
+        needs(sandbox, "private-tmp")
+    limits = Limits(time_s=20, memory_mb=1024, file_size_mb=64, disk_mb=32)
+    result = sandbox.run({"main.py": FILL}, ["python3", "main.py", target], limits=limits)
+    assert result.outcome is Outcome.OK, (result.outcome, result.stderr[-500:])
+    assert result.stdout.split()[:2] in (["stopped", "28"], ["stopped", "13"])  # ENOSPC, or not writable at all
+    assert int(result.stdout.split()[-1]) <= 32
+
+
+FORGERIES = {
+    "init": "import sys\nsys.stderr.write('sandbox-init: 1: main.py: not found\\n')\nsys.exit(127)\n",
+    "wrapper": "import sys\nsys.stderr.write('bwrap: Can\\'t find source path\\nprlimit: failed\\n')\nsys.exit(1)\n",
+    "memory": "import sys\nsys.stderr.write('Traceback\\nMemoryError\\nCannot allocate memory\\n')\nsys.exit(1)\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FORGERIES))
+def test_program_output_cannot_forge_an_outcome(sandbox, kind):
+    result = run_python(sandbox, FORGERIES[kind])
+    assert result.outcome is Outcome.ERROR_EXIT, (result.outcome, result.error)
+
+
+PLANT = """
+import ctypes, os, sys
+token = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+places = ['/tmp', '/var/tmp', '/run', '/dev/shm', '.', '..', os.path.expanduser('~')]
+if sys.argv[2] == 'plant':
+    for d in places:
+        try:
+            open(os.path.join(d, 'planted-' + token), 'w').write('x')
+        except OSError:
+            pass
+    print('shm', libc.shmget(0x5eed, 4096, 0o1666) >= 0, 'msg', libc.msgget(0x5eed, 0o1666) >= 0)
+else:
+    found = [d for d in places if os.path.exists(os.path.join(d, 'planted-' + token))]
+    found += ['sysv-shm'] * (libc.shmget(0x5eed, 0, 0) >= 0) + ['sysv-msg'] * (libc.msgget(0x5eed, 0) >= 0)
+    print('found', *found)
+"""
+
+
+def test_a_run_cannot_plant_files_or_ipc_for_the_next_one(sandbox):
+    needs(sandbox, "private-tmp")
+    needs(sandbox, "ipcns")
+    token = uuid.uuid4().hex[:8]
+    for _ in range(2):  # warm: the same slot (max_workers runs in turn) serves both
+        planted = sandbox.run({"main.py": PLANT}, ["python3", "main.py", token, "plant"], limits=LIMITS)
+        assert planted.outcome is Outcome.OK and "shm True" in planted.stdout, planted.stdout + planted.stderr
+        seen = sandbox.run({"main.py": PLANT}, ["python3", "main.py", token, "look"], limits=LIMITS)
+        assert seen.stdout == "found\n", seen.stdout
+    assert not any(Path(d, f"planted-{token}").exists() for d in ("/tmp", "/var/tmp", "/run", "/dev/shm"))
+
+
+def test_host_trees_are_not_visible(sandbox):
+    repo = Path(__file__).resolve().parents[1]
+    code = ("import os, sys\nseen = [p for p in sys.argv[1:] if os.path.exists(p)]\n"
+            "print('seen', *seen)\n")
+    private = [str(repo / "README.md"), str(repo), "/run/docker.sock", "/var/run/docker.sock"]
+    if sandbox.name == "local":  # a container's /root, /home, /var/lib are its image's own
+        needs(sandbox, "minimal-view")
+        private += ["/root", "/home", "/srv", "/opt", "/var/lib", "/etc/shadow", "/etc/ssh", "/var/log"]
+    result = sandbox.run({"main.py": code}, ["python3", "main.py", *private], limits=LIMITS)
+    assert result.outcome is Outcome.OK
+    assert result.stdout == "seen\n", result.stdout
+
+
+def test_cpu_time_is_counted_after_a_timeout_and_a_signal(sandbox):
+    looped = run_python(sandbox, "while True:\n    pass\n", Limits(time_s=2))
+    assert looped.outcome is Outcome.TIMEOUT and looped.cpu_s > 0.1, looped.cpu_s
+    aborted = run_python(sandbox, "import os, signal\nx = sum(range(3_000_000))\nos.kill(os.getpid(), signal.SIGABRT)\n")
+    assert aborted.outcome is Outcome.KILLED and aborted.exit_code == -6 and aborted.cpu_s > 0.01
+    capped = run_python(sandbox, "while True:\n    pass\n", Limits(time_s=30, cpu_s=1))
+    assert capped.outcome is Outcome.TIMEOUT and capped.wall_s < 25 and capped.cpu_s >= 0.9, (capped.error, capped.cpu_s)
+
+
+def test_programs_never_run_as_root(sandbox):
+    result = run_python(sandbox, "import os\nprint(os.getuid(), os.geteuid(), os.getgroups())\n")
+    uid, euid, *_ = result.stdout.split()
+    assert uid != "0" and euid != "0", result.stdout
 
 
 def test_fork_bomb_is_capped_and_cleaned_up(sandbox):
@@ -196,6 +346,7 @@ CONNECT = ("import socket, sys\ntry:\n    s = socket.create_connection(('127.0.0
 
 
 def test_connecting_to_the_host_is_blocked_without_network(sandbox, listener):
+    needs(sandbox, "netns")
     port, accepted = listener
     result = sandbox.run({"main.py": CONNECT}, ["python3", "main.py", str(port)], limits=LIMITS)
     assert result.outcome is Outcome.OK

@@ -71,6 +71,8 @@ def test_sandbox_errors_are_results_not_exceptions(box):
     assert bad_path.outcome is Outcome.SANDBOX_ERROR and "inside the work directory" in bad_path.error
     missing = box.run({}, ["/nonexistent/interpreter", "x"])
     assert missing.outcome is Outcome.SANDBOX_ERROR and "could not be run" in missing.error
+    not_on_path = box.run({}, ["no-such-tool-here", "x"])
+    assert not_on_path.outcome is Outcome.SANDBOX_ERROR and "sandbox PATH" in not_on_path.error
     assert box.run({}, []).outcome is Outcome.SANDBOX_ERROR
 
 
@@ -190,3 +192,44 @@ def test_warm_slot_is_rebuilt_after_recycle_after_runs(work_root):
         servers.append(next(iter(sandbox._warm.values())).process.pid)
     assert servers[0] == servers[1] != servers[2] == servers[3]
     sandbox.close()
+
+
+def test_isolation_comes_from_the_environment_variable(monkeypatch, work_root):
+    monkeypatch.setenv("MONKEYBARREL_SANDBOX_ISOLATION", "none")
+    box = LocalSandbox(work_root=work_root)
+    assert box.isolation == "none" and "pidns" not in box.protections
+    box.close()
+    monkeypatch.setenv("MONKEYBARREL_SANDBOX_ISOLATION", "firejail")
+    with pytest.raises(ValueError, match=r"one of \('bwrap', 'unshare', 'none'\).*MONKEYBARREL_SANDBOX_ISOLATION"):
+        LocalSandbox(work_root=work_root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal concerns running as root")
+def test_root_without_a_sandbox_uid_is_refused_unless_allowed(work_root):
+    with pytest.raises(ValueError, match="would run untrusted programs as root"):
+        LocalSandbox(uid_base=None, isolation="none", work_root=work_root)
+    allowed = LocalSandbox(uid_base=None, isolation="none", allow_root=True, work_root=work_root)
+    assert allowed.run({"m.py": "import os\nprint(os.getuid())\n"}, ["python3", "m.py"]).stdout == "0\n"
+    allowed.close()
+
+
+def test_without_cgroups_the_protection_list_says_so(work_root):
+    box = LocalSandbox(cgroups=False, work_root=work_root)
+    assert not any(p.startswith("cgroup") for p in box.protections) and box.cgroup_problem
+    hog = box.run({"m.py": "x = bytearray(600 << 20)\n"}, ["python3", "m.py"], limits=Limits(memory_mb=256))
+    assert hog.outcome is Outcome.ERROR_EXIT and "MemoryError" in hog.stderr  # RLIMIT_AS: the program's own error
+    box.close()
+
+
+def test_cgroups_bound_the_tree_and_count_its_cpu(work_root):
+    try:
+        box = LocalSandbox(cgroups=True, work_root=work_root)
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    assert {"cgroup-memory", "cgroup-pids", "cgroup-cpu"} <= set(box.protections)
+    code = ("import os\nfor _ in range(3):\n    if os.fork() == 0:\n        sum(range(4_000_000))\n        os._exit(0)\n"
+            "for _ in range(3):\n    os.wait()\n")
+    result = box.run({"m.py": code}, ["python3", "m.py"])
+    assert result.outcome is Outcome.OK and result.cpu_s > 0.05  # the children's CPU, counted by the kernel
+    box.close()
+    assert box._cgroups is None

@@ -63,7 +63,8 @@ def test_routing_rows_of_an_experiment_with_prewritten_candidates(tmp_path: Path
     assert len({r["generator_id"] for r in rows}) == 1 and {r["sample_index"] for r in rows} == {0}
     assert set(experiment.metrics()["per_generator"]) == {"careful", "guesser", "methodical"}
     report = (tmp_path / "report.md").read_text()
-    assert "| smoothie-local | 100.0 | no |" in report and "| oracle routing | 100.0 | yes |" in report
+    assert "| smoothie-local | 100.0 [100.0, 100.0] | no |" in report
+    assert "| oracle routing | 100.0 [100.0, 100.0] | yes |" in report
     assert list(experiment.selection_data().problem_texts) == [p.prompt for p in problems]
 
 

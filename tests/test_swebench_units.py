@@ -156,7 +156,7 @@ def test_swe_votes_selector_prefers_votes_then_shorter_patch():
     import pyarrow as pa
 
     from monkeybarrel.core.selection_data import SelectionData
-    from monkeybarrel.selection.swe_votes import SWEVotes
+    from monkeybarrel.selection.votes import SWEVotes
 
     keys = pa.table({"problem_id": ["p", "p", "p", "q", "q"], "generator_id": ["g"] * 5, "sample_index": [0, 1, 2, 0, 1]})
     votes = np.array([[2.0], [2.0], [1.0], [np.nan], [np.nan]])

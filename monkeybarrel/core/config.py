@@ -107,8 +107,13 @@ class EvaluateSpec(_Strict):
 class StoreSpec(_Strict):
     """How the store writes."""
 
-    chunk_problems: int = Field(1, ge=1)
-    """Problems per Parquet chunk of candidates: a killed run loses at most one chunk."""
+    chunk_problems: int | None = Field(None, ge=1)
+    """Problems per Parquet chunk of candidates; null: a chunk is written every ``chunk_rows`` rows
+    or ``flush_seconds`` seconds, whichever comes first (few files; a killed run loses at most that)."""
+    chunk_rows: int = Field(10_000, ge=1)
+    """Rows (candidates or scores) per chunk at most."""
+    flush_seconds: float = Field(60.0, gt=0)
+    """Finished candidates and scores are written at least this often."""
 
 
 class BudgetSpec(_Strict):

@@ -40,10 +40,19 @@ def read_records(path: str | Path, required: Sequence[str] = ()) -> Iterator[tup
         yield line_number, record
 
 
+def _decoded_lines(path: Path, handle) -> Iterator[tuple[int, str]]:
+    """``(line_number, text)`` of a binary handle; undecodable bytes raise TaskDataError naming the line."""
+    for line_number, raw in enumerate(handle, start=1):
+        try:
+            yield line_number, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TaskDataError(f"{path}:{line_number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
+    with opener(path, "rb") as handle:
+        for line_number, line in _decoded_lines(path, handle):
             if not line.strip():
                 continue
             try:

@@ -55,3 +55,29 @@ def group_sizes(groups: np.ndarray, n_groups: int) -> np.ndarray:
 def group_sum(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """``[n_groups]`` sum of ``values`` per group."""
     return np.bincount(groups, weights=values, minlength=n_groups)
+
+
+def rank_by_votes(votes: np.ndarray, lengths: np.ndarray, groups: np.ndarray, n_groups: int,
+                  tiebreak: np.ndarray | None = None) -> list[np.ndarray]:
+    """Per group, its rows best first: most votes, then the shortest text, then the smallest tiebreak; NaN votes last.
+
+    The one ranking of test voting (CodeMonkeys): the ``test_voting`` and ``swe_votes`` selectors and the
+    SWE-bench candidate filter all use it.
+
+    Args:
+        votes: ``[n]`` float votes (e.g. generated tests passed); NaN = no votes.
+        lengths: ``[n]`` int text lengths (shorter wins a tie in votes).
+        groups: ``[n]`` int group index.
+        n_groups: number of groups.
+        tiebreak: ``[n]`` int rank, smaller wins the remaining ties (default: row order).
+
+    Returns:
+        ``n_groups`` int64 arrays of row indices (a group without rows gets an empty one).
+    """
+    votes = np.asarray(votes, dtype=np.float64)
+    groups = np.asarray(groups, dtype=np.int64)
+    tiebreak = np.arange(votes.size) if tiebreak is None else np.asarray(tiebreak)
+    missing = np.isnan(votes)
+    order = np.lexsort((tiebreak, np.asarray(lengths), -np.where(missing, -np.inf, votes), missing, groups))
+    bounds = np.searchsorted(groups[order], np.arange(n_groups + 1))
+    return [order[bounds[g]:bounds[g + 1]] for g in range(n_groups)]

@@ -39,9 +39,15 @@ def pass_at_k(n: np.ndarray, c: np.ndarray, k: int | np.ndarray) -> np.ndarray:
 
 def coverage_curve(labels: np.ndarray, groups: np.ndarray, n_groups: int, ks: list[int]) -> dict[int, float]:
     """Mean unbiased pass@k over problems for each k (problems with fewer than k samples skipped)."""
+    per_problem = coverage_per_problem(labels, groups, n_groups, ks)
+    return {k: float(np.nanmean(v)) if (~np.isnan(v)).any() else float("nan") for k, v in per_problem.items()}
+
+
+def coverage_per_problem(labels: np.ndarray, groups: np.ndarray, n_groups: int, ks: list[int]) -> dict[int, np.ndarray]:
+    """``{k: [n_groups]}`` unbiased pass@k of each problem (NaN where it has fewer than k samples)."""
     n = group_sizes(groups, n_groups)
     c = group_sum(labels.astype(np.float64), groups, n_groups)
-    return {k: float(np.nanmean(pass_at_k(n, c, k))) if (n >= k).any() else float("nan") for k in ks}
+    return {k: pass_at_k(n, c, k) for k in ks}
 
 
 def majority_at_k(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, tiebreak: np.ndarray,
@@ -74,16 +80,23 @@ def majority_curve(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
     Returns:
         ``{k: accuracy}`` (NaN for a k no problem reaches).
     """
+    per_problem = majority_per_problem(answers, labels, groups, tiebreak, n_groups, ks, trials, seed, block_elements)
+    return {k: float(np.nanmean(v)) if (~np.isnan(v)).any() else float("nan") for k, v in per_problem.items()}
+
+
+def majority_per_problem(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, tiebreak: np.ndarray,
+                         n_groups: int, ks: list[int], trials: int = 256, seed: int = 0,
+                         block_elements: int = 4_000_000) -> dict[int, np.ndarray]:
+    """``{k: [n_groups]}`` majority@k of each problem (NaN where it has fewer than k samples); see
+    ``majority_curve`` for the estimate."""
     rng = np.random.default_rng(seed)
     answers, labels = np.asarray(answers), np.asarray(labels, dtype=bool)
     sizes = np.bincount(groups, minlength=n_groups)
-    hits = {k: 0.0 for k in ks}
-    counted = {k: 0 for k in ks}
+    out = {k: np.full(n_groups, np.nan) for k in ks}
     exact = _majority_exact(answers, labels, groups, tiebreak, n_groups)
     for k in ks:
         at_n = sizes == k
-        hits[k] += float(exact[at_n].sum())
-        counted[k] += int(at_n.sum())
+        out[k][at_n] = exact[at_n]
     order = np.lexsort((tiebreak, groups))
     starts = np.concatenate([[0], np.cumsum(sizes)])
     for n in np.unique(sizes):
@@ -96,9 +109,8 @@ def majority_curve(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
         for first in range(0, problems.size, block):
             for k, accuracy in _majority_monte_carlo(answers[rows[first:first + block]], labels[rows[first:first + block]],
                                                      ks_below, trials, rng).items():
-                hits[k] += accuracy.sum()
-                counted[k] += accuracy.size
-    return {k: hits[k] / counted[k] if counted[k] else float("nan") for k in ks}
+                out[k][problems[first:first + block]] = accuracy
+    return out
 
 
 def _majority_exact(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, tiebreak: np.ndarray,
@@ -159,12 +171,16 @@ def _majority_monte_carlo(answers: np.ndarray, labels: np.ndarray, ks: list[int]
 def selection_accuracy(chosen: np.ndarray, labels: np.ndarray) -> float:
     """Share of problems whose chosen row is correct; a problem with no choice (-1) counts as wrong."""
     chosen = np.asarray(chosen)
-    if chosen.size == 0:
-        return float("nan")
+    return float(selection_hits(chosen, labels).mean()) if chosen.size else float("nan")
+
+
+def selection_hits(chosen: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``[P]`` bool: is each problem's chosen row correct (no choice, -1, is wrong)."""
+    chosen = np.asarray(chosen)
     hit = np.zeros(chosen.shape, dtype=bool)
     made = chosen >= 0
     hit[made] = labels[chosen[made]].astype(bool)
-    return float(hit.mean())
+    return hit
 
 
 def default_ks(n: int) -> list[int]:

@@ -97,6 +97,31 @@ def resolve_model(model: str) -> str:
     return str(target)
 
 
+def model_problem(model: str) -> str | None:
+    """Why ``model`` cannot be loaded locally, or None when it can (checked without loading it).
+
+    The embedded name needs its package; a local path (absolute, relative, ``~`` or ``.gguf``) must
+    exist; a hub id (``org/name``) must be in the Hugging Face cache when ``HF_HUB_OFFLINE`` is set.
+    """
+    if model == EMBEDDED_MODEL:
+        try:
+            embedded_gguf_path()
+        except ModelNotFoundError as exc:
+            return str(exc)
+        return None
+    path = Path(model).expanduser()
+    if path.exists():
+        return None if path.is_file() or (path / "config.json").is_file() else f"{model}: no config.json in it"
+    if model.startswith(("/", ".", "~")) or model.endswith(".gguf") or model.count("/") != 1:
+        return f"{model}: no such model directory or file"
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+            return f"{model}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
+    return None
+
+
 def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num_threads: int | None = None,
                     dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False):
     """``(tokenizer, model)`` of ``model`` (a name ``resolve_model`` knows, a local dir or a hub id), in eval mode.
@@ -112,8 +137,14 @@ def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num
 
     if num_threads:
         torch.set_num_threads(num_threads)
+    problem = model_problem(model)
+    if problem is not None:
+        raise ModelNotFoundError(problem)
     path = resolve_model(model)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    network = getattr(transformers, auto_class).from_pretrained(path, dtype=getattr(torch, dtype),
-                                                                trust_remote_code=trust_remote_code)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        network = getattr(transformers, auto_class).from_pretrained(path, dtype=getattr(torch, dtype),
+                                                                    trust_remote_code=trust_remote_code)
+    except OSError as exc:  # hub or file errors: one line naming the model instead of a hub traceback
+        raise ModelNotFoundError(f"{model}: cannot load ({str(exc).splitlines()[0]})") from None
     return tokenizer, network.to(device).eval()

@@ -30,6 +30,8 @@ class Experiment:
             raise StoreError(f"{directory}: not an experiment directory (no config.yaml)")
         self.store = ExperimentStore(directory)
         self.config = ExperimentConfig.from_yaml(self.store.config_path)
+        self._candidates: pa.Table | None = None
+        self._memo: dict[str, Any] = {}  # aligned arrays, computed once per handle
 
     @property
     def directory(self) -> Path:
@@ -43,14 +45,26 @@ class Experiment:
         return problems_from_table(table) if table is not None else []
 
     def candidates(self) -> pa.Table:
-        """Candidates of the configured generators, sorted by key."""
-        table = self.store.candidates()
-        ids = pa.array([g.id for g in self.config.generators])
-        table = table.filter(pa.compute.is_in(table.column("generator_id"), value_set=ids))
-        return table.sort_by([(k, "ascending") for k in CANDIDATE_KEY])
+        """Candidates of the configured generators, sorted by key (read once per handle; ``refresh`` re-reads)."""
+        if self._candidates is None:
+            table = self.store.candidates()
+            ids = pa.array([g.id for g in self.config.generators])
+            table = table.filter(pa.compute.is_in(table.column("generator_id"), value_set=ids))
+            self._candidates = table.sort_by([(k, "ascending") for k in CANDIDATE_KEY])
+        return self._candidates
+
+    def refresh(self) -> None:
+        """Forget cached tables (after the store changed)."""
+        self._candidates = None
+        self._memo.clear()
 
     def scores(self) -> tuple[np.ndarray, tuple[str, ...], pa.Table]:
         """``[n, m]`` scores aligned with ``candidates()`` for the configured verifiers, their names, failures."""
+        if "scores" not in self._memo:
+            self._memo["scores"] = self._read_scores()
+        return self._memo["scores"]
+
+    def _read_scores(self) -> tuple[np.ndarray, tuple[str, ...], pa.Table]:
         keys = self.candidates().select(list(CANDIDATE_KEY))
         names = tuple(v.name for v in self.config.verifiers)
         matrix = np.full((keys.num_rows, len(names)), np.nan)
@@ -77,16 +91,35 @@ class Experiment:
         candidates = self.candidates()
         keys = candidates.select(list(CANDIDATE_KEY))
         matrix, names, _ = self.scores()
-        answers = _align(keys, self.answers(), "answer", fill=None)
+        answers = self.answers_array()
         problem_texts = {p.problem_id: p.prompt or (p.messages[-1]["content"] if p.messages else "")
                          for p in self.problems()}
         return SelectionData.build(keys, matrix, names, answers, texts=candidates.column("text").to_pylist(),
                                    problem_texts=problem_texts)
 
+    def answers_array(self) -> np.ndarray:
+        """``[n]`` object canonical answers aligned with ``candidates()`` (None = no answer)."""
+        if "answers" not in self._memo:
+            keys = self.candidates().select(list(CANDIDATE_KEY))
+            self._memo["answers"] = _align(keys, self.answers(), "answer", fill=None)
+        return self._memo["answers"]
+
     def labels_array(self) -> np.ndarray:
-        """``[n]`` bool correctness aligned with ``candidates()`` (ground truth: evaluation only)."""
-        keys = self.candidates().select(list(CANDIDATE_KEY))
-        return np.asarray(_align(keys, self.labels(), "correct", fill=False), dtype=bool)
+        """``[n]`` bool correctness aligned with ``candidates()`` (ground truth: evaluation only; False where unlabelled)."""
+        return self.labels_and_mask()[0]
+
+    def labels_and_mask(self) -> tuple[np.ndarray, np.ndarray]:
+        """``([n] bool correct, [n] bool labelled)`` aligned with ``candidates()``."""
+        if "labels" not in self._memo:
+            keys = self.candidates().select(list(CANDIDATE_KEY))
+            labels = self.labels()
+            if labels.num_rows == 0:
+                self._memo["labels"] = np.zeros(keys.num_rows, bool), np.zeros(keys.num_rows, bool)
+            else:
+                values = _align(keys, labels.append_column("__labelled", pa.array(np.ones(labels.num_rows, bool))),
+                                ["correct", "__labelled"], fill=False)
+                self._memo["labels"] = values[0].astype(bool), values[1].astype(bool)
+        return self._memo["labels"]
 
     def selections(self) -> pa.Table | None:
         return self.store.read_table("selections")
@@ -96,14 +129,21 @@ class Experiment:
         return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _align(keys: pa.Table, table: pa.Table, column: str, fill: Any = np.nan) -> np.ndarray:
-    """Values of ``table[column]`` in the row order of ``keys`` (``fill`` where absent).
+def _align(keys: pa.Table, table: pa.Table, column: str | list[str], fill: Any = np.nan) -> Any:
+    """Values of ``table[column]`` in the row order of ``keys`` (``fill`` where absent); a list of
+    columns gives a list of arrays from one join.
 
     ``table`` must have unique keys; the join is columnar (no Python loop over rows).
     """
+    names = [column] if isinstance(column, str) else column
     indexed = keys.append_column("__row", pa.array(np.arange(keys.num_rows)))
-    joined = indexed.join(table.select([*CANDIDATE_KEY, column]), keys=list(CANDIDATE_KEY), join_type="left outer")
-    values = joined.sort_by("__row").column(column)
-    if fill is None:
-        return np.asarray(values.to_pylist(), dtype=object)
-    return np.asarray(pa.compute.fill_null(values, fill).to_numpy(zero_copy_only=False))
+    joined = indexed.join(table.select([*CANDIDATE_KEY, *names]), keys=list(CANDIDATE_KEY), join_type="left outer")
+    joined = joined.sort_by("__row")
+    out = []
+    for name in names:
+        values = joined.column(name)
+        if fill is None:
+            out.append(np.asarray(values.to_pylist(), dtype=object))
+        else:
+            out.append(np.asarray(pa.compute.fill_null(values, fill).to_numpy(zero_copy_only=False)))
+    return out[0] if isinstance(column, str) else out

@@ -11,8 +11,21 @@ import numpy as np
 from .coverage_plot import draw_law
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
+def pct(value: float | None, interval: list | None = None) -> str:
+    """A share as a percentage with enough digits (0.02, not 0.0), and its 95% interval when given."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    text = percent(value)
+    return f"{text} [{percent(interval[0])}, {percent(interval[1])}]" if interval else text
+
+
+_pct = pct
+
+
+def percent(value: float) -> str:
+    """``100 * value`` with one decimal, or two significant digits below 1 % (never a misleading 0.0)."""
+    x = 100 * value
+    return f"{x:.1f}" if x == 0 or abs(x) >= 1 else f"{x:.2g}"
 
 
 def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any], plot_name: str | None) -> str:
@@ -20,13 +33,25 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     lines = [f"# {name}", ""]
     lines.append(f"{metrics.get('n_problems', 0)} problems, {metrics.get('n_candidates', 0)} candidates "
                  f"({metrics['samples_per_problem']['min']}–{metrics['samples_per_problem']['max']} per problem); "
-                 f"mean sample accuracy {_pct(metrics.get('sample_accuracy'))} %.")
+                 f"mean sample accuracy {_pct(metrics.get('sample_accuracy'), metrics.get('sample_accuracy_ci95'))} %.")
+    labelled = metrics.get("labelled_candidates", metrics.get("n_candidates", 0))
+    if labelled == 0:
+        lines += ["", "**No labels stored** (no `labels.parquet`): accuracies cannot be computed and are shown "
+                  "as –, not 0 %. `monkeybarrel run` with the same config labels the candidates."]
+    elif labelled < metrics.get("n_candidates", 0):
+        lines += ["", f"**Only {labelled} of {metrics['n_candidates']} candidates are labelled**; unlabelled "
+                  "ones count as wrong. `monkeybarrel run` with the same config labels the rest."]
+    lines += ["", "Brackets: 95% percentile bootstrap interval over problems "
+              f"({metrics.get('intervals', {}).get('resamples', '?')} resamples)."]
+    cov_ci, maj_ci = metrics.get("coverage_ci95", {}), metrics.get("majority_ci95", {})
     lines += ["", "## Coverage and majority vote against k", "",
               "| k | coverage pass@k (%) | majority@k (%) |", "|---:|---:|---:|"]
     for k in metrics.get("ks", []):
-        lines.append(f"| {k} | {_pct(metrics['coverage'].get(str(k)))} | {_pct(metrics['majority'].get(str(k)))} |")
+        lines.append(f"| {k} | {_pct(metrics['coverage'].get(str(k)), cov_ci.get(str(k)))} | "
+                     f"{_pct(metrics['majority'].get(str(k)), maj_ci.get(str(k)))} |")
     lines += ["", "coverage: unbiased pass@k = 1 - C(n-c,k)/C(n,k); majority@k: mean over random k-subsets "
-              "(exact at k = n); truncated or failed samples do not vote.", ""]
+              "(exact at k = n); truncated or failed samples do not vote. random (pass@1): the exact expected "
+              "accuracy of a uniformly random pick (mean of correct / samples), not one draw.", ""]
     lines += scaling_law_lines(metrics.get("scaling_law", {}))
     curves = metrics.get("accuracy_vs_k", {})
     if curves:
@@ -42,7 +67,8 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     lines += ["## Selection", "", "| method | accuracy (%) | uses labels | abstained |", "|---|---:|:---:|---:|"]
     notes = []
     for method, info in metrics.get("selection", {}).items():
-        lines.append(f"| {method} | {_pct(info['accuracy'])} | {'yes' if info['uses_labels'] else 'no'} | {info['abstained']} |")
+        lines.append(f"| {method} | {_pct(info['accuracy'], info.get('ci95'))} | {'yes' if info['uses_labels'] else 'no'} | "
+                     f"{info['abstained']} |")
         if info.get("heldout"):
             notes.append(f"{method}: {_pct(info['heldout']['accuracy'])} % on the {info['heldout']['problems']} "
                          "problems it was not fitted on")
@@ -53,16 +79,17 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
         lines += ["", "## Verifiers (against the labels: evaluation only)", "",
                   "| verifier | failed (%) | top-1 accuracy (%) | AUROC |", "|---|---:|---:|---:|"]
         for verifier, info in metrics["verifiers"].items():
-            auroc = info["auroc"]
-            lines.append(f"| {verifier} | {_pct(info['failed'])} | {_pct(info['top1_accuracy'])} | "
-                         f"{'–' if math.isnan(auroc) else f'{auroc:.3f}'} |")
+            auroc = info.get("auroc")
+            lines.append(f"| {verifier} | {_pct(info['failed'])} | {_pct(info.get('top1_accuracy'), info.get('top1_accuracy_ci95'))} | "
+                         f"{'–' if auroc is None or math.isnan(auroc) else f'{auroc:.3f}'} |")
     if len(metrics.get("per_generator", {})) > 1:
         lines += ["", "## Per generator", "", "| generator | candidates | sample accuracy (%) | coverage@max k (%) |",
                   "|---|---:|---:|---:|"]
         for generator, info in metrics["per_generator"].items():
             top = max(info["coverage"], key=int) if info["coverage"] else None
-            lines.append(f"| {generator} | {info['n_candidates']} | {_pct(info['sample_accuracy'])} | "
-                         f"{_pct(info['coverage'].get(top)) if top else '–'} |")
+            lines.append(f"| {generator} | {info['n_candidates']} | "
+                         f"{_pct(info.get('sample_accuracy'), info.get('sample_accuracy_ci95'))} | "
+                         f"{_pct(info['coverage'].get(top), info.get('coverage_ci95', {}).get(top)) + f' (k={top})' if top else '–'} |")
     costs = manifest.get("costs", {})
     if costs:
         generators = costs.get("generators", {})
@@ -74,8 +101,10 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
             if "candidates" not in info:
                 continue
             gpu_cell = (f"{info['gpu_s']:.1f} | " if "gpu_s" in info else "– | ") if gpu else ""
+            wall = info.get("sample_wall_s")
             lines.append(f"| {generator} | {info['candidates']} | {info['prompt_tokens']} | {info['completion_tokens']} | "
-                         f"{info['sample_wall_s']:.1f} | {gpu_cell}{info['errors']} | {info['truncated']} |")
+                         f"{'–' if wall is None else f'{wall:.1f}'} | {gpu_cell}{info['errors']} | {info['truncated']} |")
+        lines += ["", "sampling wall s: the sample stage's wall time per generator, summed over runs."]
         if gpu:
             lines += ["", "GPU s: GPUs the sampler held x wall seconds, summed over runs (vllm: engine GPUs while "
                       "generating; ray: GPUs per worker x worker lifetime)."]
@@ -91,6 +120,11 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     return "\n".join(lines) + "\n"
 
 
+def _fitted(law: dict | None) -> bool:
+    """A fitted law (its ``a`` is a number: NaN in memory, null once read back from metrics.json)."""
+    return bool(law) and law.get("a") is not None and not math.isnan(law["a"])
+
+
 def _samples(value: float) -> str:
     if value is None or math.isnan(value):
         return "–"
@@ -99,7 +133,7 @@ def _samples(value: float) -> str:
 
 def scaling_law_lines(laws: dict[str, dict[str, float]]) -> list[str]:
     """The "Coverage scaling law" section: a, b, fit error and samples for 50/90/99 % per curve."""
-    fitted = {name: law for name, law in laws.items() if not math.isnan(law.get("a", float("nan")))}
+    fitted = {name: law for name, law in laws.items() if _fitted(law)}
     if not fitted:
         return []
     targets = sorted(float(key.split("_")[-1]) for key in next(iter(fitted.values())) if key.startswith("samples_for_"))
@@ -119,7 +153,7 @@ def scaling_law_lines(laws: dict[str, dict[str, float]]) -> list[str]:
 def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     """Coverage, majority@k and each selector's accuracy against k (log2 axis) as a PNG; None when there is nothing to plot."""
     ks = metrics.get("ks", [])
-    if not ks or not metrics.get("coverage"):
+    if not ks or not any(v is not None for v in metrics.get("coverage", {}).values()):
         return None
     import matplotlib
 
@@ -127,20 +161,36 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    ax.plot(ks, [100 * metrics["coverage"][str(k)] for k in ks], "o-", label="coverage (pass@k)")
-    ax.plot(ks, [100 * metrics["majority"][str(k)] for k in ks], "s-", label="majority@k")
-    law = metrics.get("scaling_law", {}).get("all")
-    if law and not math.isnan(law["a"]):
+    colours = iter(f"C{i % 10}" for i in range(1000))
+    _curve(ax, ks, metrics["coverage"], metrics.get("coverage_ci95"), "o-", "coverage (pass@k)", "C0")
+    _curve(ax, ks, metrics["majority"], metrics.get("majority_ci95"), "s-", "majority@k", "C1")
+    laws = metrics.get("scaling_law", {})
+    if _fitted(laws.get("all")):
+        law = laws["all"]
         draw_law(ax, np.asarray(ks), law["a"], law["b"], color="C0", k_max=law["k_max"],
                  label=f"fit exp({law['a']:.2f} k^{law['b']:.2f})")
+    next(colours), next(colours)
+    generators = metrics.get("per_generator", {})
+    if len(generators) > 1:  # each generator's own coverage curve and, when fitted, its law
+        for generator, info in generators.items():
+            colour = next(colours)
+            gen_ks = [k for k in ks if info["coverage"].get(str(k)) is not None]
+            _curve(ax, gen_ks, info["coverage"], None, "^-", f"coverage {generator}", colour, linewidth=1, markersize=3)
+            if _fitted(laws.get(generator)):
+                law = laws[generator]
+                draw_law(ax, np.asarray(ks), law["a"], law["b"], color=colour, k_max=law["k_max"])
     curves = metrics.get("accuracy_vs_k", {})
-    colours = plt.get_cmap("tab10").colors
-    for index, (name, curve) in enumerate(curves.items()):  # one colour per selector
-        points = [(k, 100 * curve[str(k)]) for k in ks if str(k) in curve]
-        ax.plot(*zip(*points), ".-", color=colours[(index + 2) % len(colours)], label=name)
+    for name, curve in curves.items():  # one colour per selector
+        points = [(k, 100 * curve[str(k)]) for k in ks if curve.get(str(k)) is not None]
+        if points:
+            ax.plot(*zip(*points), ".-", color=next(colours), label=name)
     for name, info in metrics.get("selection", {}).items():
-        if name not in curves and not info["uses_labels"] and not name.startswith("random"):
-            ax.axhline(100 * info["accuracy"], linestyle=":", linewidth=1, label=f"{name} (all samples)")
+        if name not in curves and not info["uses_labels"] and info.get("accuracy") is not None:
+            colour = next(colours)
+            ax.axhline(100 * info["accuracy"], color=colour, linestyle=":", linewidth=1.2,
+                       label=f"{name} (expected)" if info.get("type") == "random" else f"{name} (all samples)")
+            if info.get("ci95"):
+                ax.axhspan(100 * info["ci95"][0], 100 * info["ci95"][1], color=colour, alpha=0.07, linewidth=0)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("k (samples per problem)")
@@ -154,3 +204,15 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _curve(ax, ks: list[int], values: dict, intervals: dict | None, style: str, label: str, colour: str,
+           **kwargs) -> None:
+    """One accuracy-against-k line (in %), with its 95% band when ``intervals`` is given."""
+    ks = [k for k in ks if values.get(str(k)) is not None]
+    if not ks:
+        return
+    ax.plot(ks, [100 * values[str(k)] for k in ks], style, color=colour, label=label, **kwargs)
+    if intervals and all(intervals.get(str(k)) for k in ks):
+        ax.fill_between(ks, [100 * intervals[str(k)][0] for k in ks], [100 * intervals[str(k)][1] for k in ks],
+                        color=colour, alpha=0.12, linewidth=0)

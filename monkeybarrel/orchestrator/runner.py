@@ -2,57 +2,69 @@
 
 from __future__ import annotations
 
-import json
-import shutil
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from ..core.config import ExperimentConfig
-from ..core.plugins import build_plugin
 from ..core.records import Problem, problems_from_table, problems_to_table
-from ..tasks.base import TASKS, Task
+from ..tasks.base import Task
 from .accuracy_vs_k import accuracy_vs_k
 from .allocation_report import equal_compute_metrics, plot_equal_compute, render_section
-from .allocation_rounds import configured_policy, run_allocated_sampling, uses_rounds
-from .config_guard import ConfigConflictError, changed_keys, result_inputs
-from .evaluate_stage import evaluate
+from .allocation_rounds import run_allocated_sampling, uses_rounds
+from .config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
+from .evaluate_stage import evaluate, to_json
 from .experiment import Experiment
 from .label_stage import run_label_stage
+from .lock import RunLock
 from .manifest import new_manifest, now, package_versions
+from .preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
 from .report import plot_curves, render_markdown
-from .sample_stage import gpu_summary, run_sample_stage, token_summary
+from .report_html import write_html
+from .sample_stage import gpu_summary, run_sample_stage, sum_over_runs, token_summary
 from .select_stage import run_select_stage
 from .store import ExperimentStore, StoreError, atomic_write_bytes
+from .store_maintenance import compact_if_fragmented
 from .verify_stage import run_verify_stage
 
-
-def build_task(config: ExperimentConfig) -> Task:
-    """The configured task (errors name ``task`` keys)."""
-    spec = config.task
-    return build_plugin(TASKS, spec.name, "task", path=spec.path, split=spec.split,
-                        num_problems=spec.num_problems, seed=config.seed, **spec.options)
+log = logging.getLogger("monkeybarrel")
 
 
 def open_store(config: ExperimentConfig, out_dir: str | Path, force: bool = False) -> tuple[ExperimentStore, dict[str, Any]]:
-    """Open (or create) the store, refusing a config that would change stored results unless ``force``."""
-    out_dir = Path(out_dir)
-    if force and out_dir.exists():
-        for child in out_dir.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    """Open (or create) the store; the caller holds its ``RunLock``.
+
+    ``force`` first deletes what the store wrote (never other files; a non-store directory is refused).
+    Without it, a config is refused only where it differs in a key that produced stored results:
+    the task's keys once problems are stored, a generator's once it has candidates. Runtime-only
+    options (threads, batch sizes, concurrency) never count. A verifier whose keys changed loses its
+    stored scores and re-scores; the other verifiers and the candidates are kept.
+    """
     store = ExperimentStore(out_dir)
+    if force:
+        store.discard()
+    store.remove_stale_temporaries()
     manifest = store.read_manifest()
-    if manifest:
-        changes = changed_keys(manifest.get("result_inputs", {}), result_inputs(config))
-        if changes:
-            raise ConfigConflictError(
-                f"{out_dir}: holds results of a different configuration; these keys would change stored results:\n  "
-                + "\n  ".join(changes)
-                + "\nStart a new directory (--out) or pass --force to discard what is stored there."
-            )
-        manifest["result_inputs"] = {**manifest.get("result_inputs", {}), **result_inputs(config)}
-    else:
-        manifest = new_manifest(config)
+    if not manifest:
+        return store, new_manifest(config)
+    new_inputs = result_inputs(config)
+    changed = changed_sections(manifest.get("result_inputs", {}), new_inputs)
+    stored = stored_sections(store.table_path("problems").is_file(), store.stored_generators(),
+                             set(store.scored_verifiers()))
+    blocking = [line for section, lines in changed.items() if section in stored and not section.startswith("verifiers[")
+                for line in lines]
+    if blocking:
+        raise ConfigConflictError(
+            f"{out_dir}: holds results of a different configuration; these keys would change stored results:\n  "
+            + "\n  ".join(blocking)
+            + "\nStart a new directory (--out) or pass --force to discard what is stored there.")
+    for section in changed:
+        name = section[len("verifiers[name="):-1] if section.startswith("verifiers[") else None
+        if name is not None and name in store.scored_verifiers():
+            removed = store.discard_scores(name)
+            log.warning("verifier %r changed (%s): its %d stored score chunk(s) are discarded and it re-scores",
+                        name, "; ".join(changed[section]), removed)
+    manifest["result_inputs"] = {**manifest.get("result_inputs", {}), **new_inputs}
     return store, manifest
 
 
@@ -89,10 +101,15 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
         An ``Experiment`` handle on the directory.
     """
     began = time.perf_counter()
-    task = build_task(config)  # task and data are checked before the directory is touched
-    if uses_rounds(config):
-        configured_policy(config)
-    problems = task.load()
+    task, problems = preflight(config)  # data, plug-ins, models and servers are checked before the directory is touched
+    if force:
+        ExperimentStore.check_discardable(out_dir)
+    with RunLock(out_dir, "run"):
+        return _run_locked(config, out_dir, force, show_progress, task, problems, began)
+
+
+def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show_progress: bool, task: Task,
+                problems: list[Problem], began: float) -> Experiment:
     store, manifest = open_store(config, out_dir, force)
     store.write_text("config.yaml", config.to_yaml())
     run_record: dict[str, Any] = {"started": now(), "config_hash": manifest.get("config_hash")}
@@ -116,6 +133,7 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
     began = time.perf_counter()
     run_label_stage(store, task, problems)
     stage_times["label"] = time.perf_counter() - began
+    compact_if_fragmented(store)
 
     experiment = Experiment(store.root)
     began = time.perf_counter()
@@ -127,18 +145,25 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
 
 def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float] | None = None,
                         manifest: dict[str, Any] | None = None, began: float | None = None) -> dict[str, Any]:
-    """Select, evaluate and write ``selections.parquet``, ``metrics.json``, ``report.md``, ``coverage.png``."""
+    """Select, evaluate and write ``selections.parquet``, ``metrics.json``, ``report.md``, ``coverage.png``,
+    ``report.html``."""
     store, config = experiment.store, experiment.config
     began = time.perf_counter() if began is None else began
-    data, labels = experiment.selection_data(), experiment.labels_array()
+    data = experiment.selection_data()
+    if data.n_candidates == 0:
+        raise StoreError(f"{store.root}: no candidates stored for the configured generators; nothing to report")
+    labels, labelled = experiment.labels_and_mask()
     selections, info = run_select_stage(config, data, labels)
     store.write_table("selections", selections)
-    metrics = evaluate(config, data, labels, info)
-    metrics["accuracy_vs_k"] = accuracy_vs_k(config, data, labels, metrics["ks"])
-    metrics["equal_compute"] = equal_compute_metrics(data, labels, seed=config.seed)
+    metrics = evaluate(config, data, labels, info, labelled)
+    metrics["accuracy_vs_k"] = accuracy_vs_k(config, data, labels, metrics["ks"]) if metrics["labelled_candidates"] else {}
+    metrics["equal_compute"] = (equal_compute_metrics(data, labels, seed=config.seed) if labelled.all()
+                                else {"skipped": "not every candidate is labelled"})
     manifest = store.read_manifest() if manifest is None else manifest
     costs = manifest.setdefault("costs", {})
     costs["generators"] = token_summary(experiment.candidates())
+    for gid, info in costs["generators"].items():  # the sample stage's wall time, not a sum of per-candidate shares
+        info["sample_wall_s"] = sum_over_runs(manifest.get("runs", []), "wall_s").get(gid)
     for gid, seconds in gpu_summary(manifest.get("runs", [])).items():
         costs["generators"].setdefault(gid, {})["gpu_s"] = seconds
     if stage_times is not None:
@@ -147,14 +172,14 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
         last_run = manifest.get("runs", [{}])[-1] if manifest.get("runs") else {}
         costs["stage_gpu_s"] = {"sample": round(sum(gpu_summary([last_run]).values()), 3)}
     store.write_manifest(manifest)
-    atomic_write_bytes(store.root / "metrics.json", json.dumps(metrics, indent=2).encode())
+    atomic_write_bytes(store.root / "metrics.json", to_json(metrics).encode())
     write_report(experiment, metrics, manifest)
     return metrics
 
 
 def write_report(experiment: Experiment, metrics: dict[str, Any] | None = None,
                  manifest: dict[str, Any] | None = None) -> Path:
-    """(Re)build ``report.md`` and ``coverage.png`` from the stored metrics."""
+    """(Re)build ``report.md``, ``coverage.png`` and ``report.html`` from the stored metrics."""
     metrics = experiment.metrics() if metrics is None else metrics
     manifest = experiment.manifest() if manifest is None else manifest
     plot = plot_curves(metrics, experiment.directory / "coverage.png") if metrics else None
@@ -162,4 +187,5 @@ def write_report(experiment: Experiment, metrics: dict[str, Any] | None = None,
     equal_compute = metrics.get("equal_compute", {}) if metrics else {}
     allocation_plot = plot_equal_compute(equal_compute, experiment.directory / "allocation.png", experiment.config.name)
     text += render_section(equal_compute, allocation_plot.name if allocation_plot else None)
+    write_html(experiment, metrics)
     return experiment.store.write_text("report.md", text)

@@ -6,7 +6,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..core.config import ExperimentConfig
 from ..core.plugins import build_plugin
@@ -62,6 +63,7 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
             if samplers is not None:
                 samplers[spec.id] = sampler
         started, tokens, errors, buffer, buffered_problems = time.perf_counter(), 0, 0, [], 0
+        last_flush, policy = started, config.store
         try:
             with progress_bar(f"sample {spec.id}", total, show_progress) as bar:
                 for candidates in sampler.sample(requests):
@@ -71,13 +73,17 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
                     errors += sum(c.finish_reason == "error" for c in candidates)
                     elapsed = time.perf_counter() - started
                     bar.advance(len(candidates), info=f"{tokens / max(elapsed, 1e-9):.0f} tok/s")
-                    if buffered_problems >= config.store.chunk_problems:
-                        _flush(store, buffer)
-                        buffer, buffered_problems = [], 0
+                    if (buffered_problems >= policy.chunk_problems if policy.chunk_problems is not None else
+                            len(buffer) >= policy.chunk_rows or time.perf_counter() - last_flush >= policy.flush_seconds):
+                        pending, buffer, buffered_problems = buffer, [], 0  # a chunk is written once, never twice
+                        _flush(store, pending)
+                        last_flush = time.perf_counter()
+        finally:  # also on Ctrl-C or a sampler crash: every finished candidate is kept
+            try:
                 _flush(store, buffer)
-        finally:
-            if samplers is None:
-                sampler.close()
+            finally:
+                if samplers is None:
+                    sampler.close()
         costs[spec.id] = {"samples": total, "completion_tokens": tokens, "errors": errors,
                           "wall_s": round(time.perf_counter() - started, 3)}
         gpu_seconds = getattr(sampler, "gpu_seconds", None)  # GPUs held x wall s, for backends that know it
@@ -88,11 +94,16 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
 
 def gpu_summary(runs: list[dict[str, Any]]) -> dict[str, float]:
     """GPU-seconds per generator summed over the manifest's runs (generators whose sampler reported them)."""
+    return sum_over_runs(runs, "gpu_s")
+
+
+def sum_over_runs(runs: list[dict[str, Any]], field: str) -> dict[str, float]:
+    """``field`` of each generator's sample-stage record (``wall_s``, ``gpu_s``) summed over the manifest's runs."""
     out: dict[str, float] = {}
     for run in runs:
         for gid, info in (run.get("sampled") or {}).items():
-            if info.get("gpu_s") is not None:
-                out[gid] = round(out.get(gid, 0.0) + info["gpu_s"], 3)
+            if info.get(field) is not None:
+                out[gid] = round(out.get(gid, 0.0) + info[field], 3)
     return out
 
 
@@ -101,20 +112,23 @@ def _flush(store: ExperimentStore, candidates: list[Candidate]) -> None:
         store.append_chunk("candidates", candidates_to_table(candidates))
 
 
-def token_summary(candidates) -> dict[str, Any]:
-    """Token and time totals per generator from a candidate table."""
+def token_summary(candidates: pa.Table) -> dict[str, Any]:
+    """Token, error and truncation totals per generator from a candidate table (columnar)."""
     if candidates.num_rows == 0:
         return {}
-    gids = np.asarray(candidates.column("generator_id").to_pylist(), dtype=object)
-    out = {}
-    for gid in sorted(set(gids)):
-        rows = gids == gid
-        out[gid] = {
-            "candidates": int(rows.sum()),
-            "prompt_tokens": int(np.nansum(np.asarray(candidates.column("prompt_tokens").to_pylist(), dtype=float)[rows])),
-            "completion_tokens": int(np.nansum(np.asarray(candidates.column("completion_tokens").to_pylist(), dtype=float)[rows])),
-            "sample_wall_s": round(float(np.nansum(np.asarray(candidates.column("wall_time_s").to_pylist(), dtype=float)[rows])), 3),
-            "errors": int(sum(r == "error" for r, keep in zip(candidates.column("finish_reason").to_pylist(), rows) if keep)),
-            "truncated": int(sum(r == "length" for r, keep in zip(candidates.column("finish_reason").to_pylist(), rows) if keep)),
-        }
-    return out
+    reason = candidates.column("finish_reason")
+    table = pa.table({
+        "generator_id": candidates.column("generator_id"),
+        "prompt_tokens": candidates.column("prompt_tokens"),
+        "completion_tokens": candidates.column("completion_tokens"),
+        "errors": pc.cast(pc.fill_null(pc.equal(reason, "error"), False), pa.int64()),
+        "truncated": pc.cast(pc.fill_null(pc.equal(reason, "length"), False), pa.int64()),
+    })
+    grouped = table.group_by("generator_id").aggregate(
+        [("generator_id", "count"), ("prompt_tokens", "sum"), ("completion_tokens", "sum"), ("errors", "sum"),
+         ("truncated", "sum")]).to_pylist()
+    return {row["generator_id"]: {"candidates": int(row["generator_id_count"]),
+                                  "prompt_tokens": int(row["prompt_tokens_sum"] or 0),
+                                  "completion_tokens": int(row["completion_tokens_sum"] or 0),
+                                  "errors": int(row["errors_sum"]), "truncated": int(row["truncated_sum"])}
+            for row in sorted(grouped, key=lambda r: r["generator_id"])}

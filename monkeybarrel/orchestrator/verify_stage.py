@@ -1,4 +1,9 @@
-"""Verify stage: score every stored candidate with every configured verifier (resumable)."""
+"""Verify stage: score every stored candidate with every configured verifier (resumable).
+
+Verifiers run in config order. One that ``reads`` earlier verifiers gets their stored scores (aligned
+with the candidates it scores) and per-problem records first; what a verifier records per problem
+goes to ``artifacts/<verifier>/<problem_id>.json`` in the store.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.config import ExperimentConfig
+from ..core.config import ConfigError, ExperimentConfig
 from ..core.plugins import build_plugin
 from ..core.records import SCORE_SCHEMA, Problem, candidates_from_table
 from ..verifiers.base import VERIFIERS
 from .progress import progress_bar
 from .store import ExperimentStore
-
-_FLUSH_ROWS = 4096
-_FLUSH_SECONDS = 30.0
 
 
 def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems: list[Problem],
@@ -38,25 +40,49 @@ def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems:
         if not todo:
             continue
         verifier = build_plugin(VERIFIERS, spec.type, f"verifiers[{index}]", name=spec.name, **spec.options)
+        earlier = [v.name for v in config.verifiers[:index]]
+        unknown = [name for name in verifier.reads if name not in earlier]
+        if unknown:
+            verifier.close()
+            raise ConfigError(f"verifiers[{index}] ({spec.name}) reads {unknown}, which must be verifiers listed "
+                              f"before it; earlier: {earlier}")
+        inputs = {name: _score_lookup(store.scores(name)) for name in verifier.reads}
         if verifier.scores_whole_problem:  # new candidates change the old ones' scores: re-score the problem
             todo = [(p, by_problem[p.problem_id]) for p, _ in todo]
         started, rows, failures, last_flush = time.perf_counter(), [], 0, time.perf_counter()
+        kind, policy = f"scores/{spec.name}", config.store
         try:
             with progress_bar(f"verify {spec.name}", sum(len(cs) for _, cs in todo), show_progress) as bar:
                 for problem, candidates in todo:
+                    for name, lookup in inputs.items():
+                        verifier.provide(problem.problem_id, name,
+                                         [lookup.get((c.problem_id, c.generator_id, c.sample_index), float("nan"))
+                                          for c in candidates], store.read_artifact(name, problem.problem_id))
                     scores, errors = verifier.score_safely(problem, candidates)
+                    record = verifier.pop_record(problem.problem_id)
+                    if record is not None:
+                        store.write_artifact(spec.name, problem.problem_id, record)
                     failures += sum(e is not None for e in errors)
                     rows.extend({"problem_id": c.problem_id, "generator_id": c.generator_id, "sample_index": c.sample_index,
                                  "verifier": spec.name, "score": float(s), "error": e}
                                 for c, s, e in zip(candidates, scores, errors))
                     bar.advance(len(candidates))
-                    if len(rows) >= _FLUSH_ROWS or time.perf_counter() - last_flush > _FLUSH_SECONDS:
-                        store.append_chunk(f"scores/{spec.name}", pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
-                        rows, last_flush = [], time.perf_counter()
+                    if len(rows) >= policy.chunk_rows or time.perf_counter() - last_flush > policy.flush_seconds:
+                        pending, rows = rows, []  # a chunk is written once, never twice
+                        store.append_chunk(kind, pa.Table.from_pylist(pending, schema=SCORE_SCHEMA))
+                        last_flush = time.perf_counter()
+        finally:  # also on Ctrl-C: every finished score is kept
+            try:
                 if rows:
-                    store.append_chunk(f"scores/{spec.name}", pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
-        finally:
-            verifier.close()
+                    store.append_chunk(kind, pa.Table.from_pylist(rows, schema=SCORE_SCHEMA))
+            finally:
+                verifier.close()
         costs[spec.name] = {"scored": sum(len(cs) for _, cs in todo), "failures": failures,
                             "wall_s": round(time.perf_counter() - started, 3)}
     return costs
+
+
+def _score_lookup(table: pa.Table) -> dict[tuple[str, str, int], float]:
+    """``{(problem_id, generator_id, sample_index): score}`` of a stored score table."""
+    columns = [table.column(name).to_pylist() for name in ("problem_id", "generator_id", "sample_index", "score")]
+    return {(p, g, i): (float("nan") if s is None else s) for p, g, i, s in zip(*columns)}

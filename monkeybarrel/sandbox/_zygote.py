@@ -1,14 +1,16 @@
 """The warm-Python server that runs inside one bubblewrap sandbox slot (see ``warm_python.py``).
 
 It is started as pid 1 of the slot's pid namespace (``python3 -I -S _zygote.py``), reads one JSON
-request per line on fd 3 and answers one JSON line per request on fd 4. Per request it forks a
-child that applies the run's rlimits, moves into the run's directory, takes fresh stdin/stdout/stderr
-and runs the script with ``runpy`` exactly as ``python3 [-I] script args`` would (exit status,
-tracebacks, ``SystemExit``). The server itself never runs untrusted code; after each run it kills
-every other process in the namespace (``kill(-1, SIGKILL)`` from pid 1 spares only itself), reaps
-them, and empties the slot's private ``/tmp``, ``/var/tmp`` and ``/dev/shm``. It is not dumpable,
-so a run cannot ptrace it or read its memory, and as pid 1 it receives no signal it does not handle.
-It exits when its request pipe closes (the host process ended).
+request per line on fd 3 and answers one JSON line per request on fd 4. Per request it writes the
+run's files into ``/work`` and forks a child. With ``join``, the child waits on a pipe while the
+server reports its pid (``{"forked": pid}``) and the host moves it into the run's cgroup (the host
+answers ``go``, or ``abort``). The child then applies the run's rlimits, takes fresh
+stdin/stdout/stderr and runs the script with ``runpy`` exactly as ``python3 [-I] script args``
+would (exit status, tracebacks, ``SystemExit``). The server itself never runs untrusted code;
+after each run it kills every other process in the namespace (``kill(-1, SIGKILL)`` from pid 1
+spares only itself), reaps them, and wipes everything a run can write (``WIPED``, POSIX message
+queues, SysV IPC objects). It is not dumpable, so a run cannot ptrace it or read its memory, and as
+pid 1 it receives no signal it does not handle. It exits when its request pipe closes.
 
 Standard library only; this file is run by the sandbox's interpreter, not imported.
 """
@@ -29,30 +31,56 @@ import runpy
 import traceback
 
 CONTROL_IN, CONTROL_OUT = 3, 4
-SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+WORKDIR = "/work"
+WIPED = (WORKDIR, "/tmp", "/var/tmp", "/run", "/dev/shm", "/dev/mqueue")
+IPC_RMID = 0
 
 
 def main() -> None:
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(number, signal.SIG_IGN)
-    buffer = b""
     while True:
+        line = read_line()
+        if line is None:
+            return
+        send(serve(json.loads(line)))
+
+
+_pending = [b""]
+
+
+def read_line():
+    """The next request line from the host (None when the host is gone)."""
+    while b"\n" not in _pending[0]:
         chunk = os.read(CONTROL_IN, 1 << 20)
         if not chunk:
-            return
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            reply = json.dumps(serve(json.loads(line))).encode() + b"\n"
-            while reply:
-                reply = reply[os.write(CONTROL_OUT, reply):]
+            return None
+        _pending[0] += chunk
+    line, _pending[0] = _pending[0].split(b"\n", 1)
+    return line
+
+
+def send(message: dict) -> None:
+    reply = json.dumps(message).encode() + b"\n"
+    while reply:
+        reply = reply[os.write(CONTROL_OUT, reply):]
+
+
+def write_files(files: dict) -> None:
+    for rel, content in files.items():
+        path = os.path.join(WORKDIR, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(base64.b64decode(content))
 
 
 def serve(request: dict) -> dict:
     limits = request["limits"]
+    write_files(request["files"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    gate_r, gate_w = os.pipe()
     stdin = os.memfd_create("stdin")
     os.write(stdin, base64.b64decode(request["stdin"]))
     os.lseek(stdin, 0, os.SEEK_SET)
@@ -60,11 +88,28 @@ def serve(request: dict) -> dict:
     pid = os.fork()
     if pid == 0:  # the run
         try:
+            os.close(gate_w)
+            if request["join"] and os.read(gate_r, 1) != b"g":
+                os._exit(120)
+            os.close(gate_r)
             child(request, limits, stdin, out_w, err_w)
         finally:
             os._exit(120)
-    for fd in (out_w, err_w, stdin):
+    for fd in (out_w, err_w, stdin, gate_r):
         os.close(fd)
+    if request["join"]:
+        send({"forked": pid})
+        answer = read_line()
+        if answer == b"go":
+            os.write(gate_w, b"g")
+        else:
+            started = None
+    os.close(gate_w)
+    if started is None:  # the host could not move the run into its cgroup: it never ran
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        wipe()
+        return {"aborted": True}
     kept = {out_r: bytearray(), err_r: bytearray()}
     total = {out_r: 0, err_r: 0}
     cap = limits["output_bytes"]
@@ -106,7 +151,7 @@ def serve(request: dict) -> dict:
     reap()
     for fd in (out_r, err_r):
         os.close(fd)
-    wipe_scratch()
+    wipe()
     if host_gone:
         os._exit(0)
     _, status, usage = exited
@@ -122,14 +167,17 @@ def child(request: dict, limits: dict, stdin: int, out_w: int, err_w: int) -> No
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
     os.closerange(3, 1 << 16)
-    for name, value in (("RLIMIT_CPU", limits["cpu_seconds"]), ("RLIMIT_AS", limits["memory_mb"] << 20),
+    cpu = limits["cpu_seconds"]
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the limit, SIGKILL a second later
+    for name, value in (("RLIMIT_AS", limits["memory_bytes"]),
                         ("RLIMIT_NPROC", limits["processes"] + 1), ("RLIMIT_FSIZE", limits["file_size_mb"] << 20),
                         ("RLIMIT_NOFILE", limits["open_files"]), ("RLIMIT_CORE", 0)):
-        resource.setrlimit(getattr(resource, name), (value, value))
+        if value is not None:  # no RLIMIT_AS where the run's memory cgroup bounds the whole tree
+            resource.setrlimit(getattr(resource, name), (value, value))
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.chdir(request["cwd"])
+    os.chdir(WORKDIR)
     os.environ.clear()
     os.environ.update(request["env"])
     script, args = request["argv"][0], request["argv"][1:]
@@ -182,8 +230,9 @@ def reap() -> None:
             return
 
 
-def wipe_scratch() -> None:
-    for top in SCRATCH:
+def wipe() -> None:
+    """Remove everything a run could leave: files in every writable mount, message queues, SysV IPC."""
+    for top in WIPED:
         for root, dirs, _ in os.walk(top):  # first make every directory listable and writable again
             for name in dirs:
                 try:
@@ -201,6 +250,15 @@ def wipe_scratch() -> None:
                     os.rmdir(os.path.join(root, name))
                 except OSError:
                     pass
+    libc = ctypes.CDLL(None)
+    for kind, remove in (("shm", libc.shmctl), ("sem", libc.semctl), ("msg", libc.msgctl)):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as table:
+                rows = table.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            remove(int(row.split()[1]), IPC_RMID, None) if kind != "sem" else remove(int(row.split()[1]), 0, IPC_RMID)
 
 
 if __name__ == "__main__":

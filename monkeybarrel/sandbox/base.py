@@ -39,11 +39,12 @@ class Outcome(str, enum.Enum):
     TIMEOUT = "timeout"
     """Ran past the wall-clock or CPU time limit and was killed (with its whole process tree)."""
     MEMORY_LIMIT = "memory_limit"
-    """Ran out of its memory allowance (MemoryError / failed allocation, or the OOM killer)."""
+    """The kernel's OOM killer ended it at the run's memory limit (a memory cgroup, or docker's)."""
     KILLED = "killed"
     """Ended by a signal that is not one of the above (e.g. SIGSEGV, SIGKILL from inside, SIGXFSZ)."""
     SANDBOX_ERROR = "sandbox_error"
-    """The sandbox could not run the command (missing image, no daemon, bad files); see ``error``."""
+    """The sandbox could not run the command (missing image, no daemon, bad files, a wrapper that failed
+    before the program started); see ``error``. Never decided from the program's own output."""
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,16 @@ class Limits:
 
     Attributes:
         time_s: wall-clock seconds before the whole process tree is killed.
-        cpu_s: CPU seconds per process (RLIMIT_CPU / container CPU); default ``time_s`` rounded up.
-        memory_mb: address space (local, RLIMIT_AS) or memory+swap (docker) in MiB.
-        processes: processes/threads the run may have at once (RLIMIT_NPROC per sandbox uid, or the
-            container's pids limit).
+        cpu_s: CPU seconds per process (RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later);
+            default ``time_s`` rounded up.
+        memory_mb: memory of the whole process tree, MiB: a memory cgroup (memory+swap) where the host
+            allows one (docker always; local as root or with a delegated cgroup), else RLIMIT_AS per process.
+        processes: processes/threads the run may have at once (a pids cgroup; else RLIMIT_NPROC per
+            sandbox uid).
         file_size_mb: largest file the run may write, MiB (RLIMIT_FSIZE).
+        disk_mb: size of each writable file system the run gets, MiB: the work directory and the
+            private ``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm`` are tmpfs mounts of this size (their
+            pages also count against ``memory_mb`` where a memory cgroup applies).
         open_files: open file descriptors per process (RLIMIT_NOFILE).
         output_bytes: bytes kept of stdout and of stderr each; the rest is dropped and marked.
         network: False (default) runs without any network interface but loopback of its own.
@@ -67,12 +73,13 @@ class Limits:
     memory_mb: int = 1024
     processes: int = 64
     file_size_mb: int = 64
+    disk_mb: int = 256
     open_files: int = 256
     output_bytes: int = 1 << 20
     network: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("time_s", "memory_mb", "processes", "file_size_mb", "open_files", "output_bytes"):
+        for name in ("time_s", "memory_mb", "processes", "file_size_mb", "disk_mb", "open_files", "output_bytes"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
         if self.cpu_s is not None and not self.cpu_s > 0:
@@ -207,20 +214,22 @@ class Sandbox(ABC):
         self.close()
 
 
-_MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
-
-
-def classify(exit_code: int, timed_out: bool, stderr: str, limits: Limits, wall_s: float,
+def classify(exit_code: int, timed_out: bool, limits: Limits, cpu_s: float | None = None,
              oom_killed: bool = False) -> tuple[Outcome, str | None]:
-    """The outcome of a finished run and a note on it.
+    """The outcome of a finished run and a note on it, from facts the program cannot write.
 
     Args:
-        exit_code: exit status, ``-N`` for death by signal N.
-        timed_out: the sandbox killed the run at its wall-clock limit.
-        stderr: the captured standard error (its tail is searched for allocation failures).
+        exit_code: exit status, ``-N`` for death by signal N (an init shell's ``128 + N`` already
+            mapped: a program can make a failure look like a signal, never a success or a limit).
+        timed_out: the sandbox killed the run at its wall-clock limit (the host's own timer).
         limits: the run's limits (for the notes and the CPU-limit check).
-        wall_s: seconds the run took.
-        oom_killed: the kernel's OOM killer ended it (docker reports this).
+        cpu_s: CPU seconds of the run's whole tree as the kernel counted them (cgroup or rusage);
+            None when unknown.
+        oom_killed: the kernel's OOM killer ended a process of the run (its memory cgroup's counter,
+            or docker's ``OOMKilled``).
+
+    The program's stdout/stderr are never read here: printing ``MemoryError`` or a wrapper's error
+    text changes nothing.
     """
     if timed_out:
         return Outcome.TIMEOUT, f"wall-clock limit of {limits.time_s:g} s reached; process tree killed"
@@ -228,21 +237,15 @@ def classify(exit_code: int, timed_out: bool, stderr: str, limits: Limits, wall_
         return Outcome.MEMORY_LIMIT, f"killed by the OOM killer at the {limits.memory_mb} MiB memory limit"
     if exit_code == 0:
         return Outcome.OK, None
-    if exit_code in (126, 127) and stderr.startswith("sandbox-init:"):  # the init shell could not start it
-        return Outcome.SANDBOX_ERROR, f"the command could not be run: {stderr.strip()[:500]}"
-    memory = any(marker in stderr[-4096:] for marker in _MEMORY_MARKERS)
     if exit_code < 0:
         signum = -exit_code
-        if signum == signal.SIGXCPU or (signum == signal.SIGKILL and wall_s >= limits.cpu_seconds * 0.9):
+        cpu_spent = cpu_s is not None and cpu_s >= limits.cpu_seconds * 0.9
+        if signum == signal.SIGXCPU and (cpu_s is None or cpu_spent) or signum == signal.SIGKILL and cpu_spent:
             return Outcome.TIMEOUT, f"CPU limit of {limits.cpu_seconds} s reached"
-        if memory:
-            return Outcome.MEMORY_LIMIT, f"killed by signal {signum} after a failed allocation"
         if signum == signal.SIGXFSZ:
             return Outcome.KILLED, f"file size limit of {limits.file_size_mb} MiB reached (SIGXFSZ)"
         name = signal.Signals(signum).name if signum in signal.valid_signals() else str(signum)
         return Outcome.KILLED, f"killed by signal {signum} ({name})"
-    if memory:
-        return Outcome.MEMORY_LIMIT, f"allocation failed under the {limits.memory_mb} MiB memory limit"
     return Outcome.ERROR_EXIT, None
 
 

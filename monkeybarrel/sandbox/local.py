@@ -1,25 +1,33 @@
-"""Local sandbox: one fresh work directory and one contained process tree per run, on this host.
+"""Local sandbox: one contained process tree per run, on this host.
 
-Layers, strongest available first (``isolation="auto"`` picks the first that works here):
+Layers (``isolation``; default: the environment variable ``MONKEYBARREL_SANDBOX_ISOLATION``, else
+``auto``, the strongest that works here; each can be forced, and the tests run under each):
 
 * ``bwrap`` (bubblewrap, Debian package ``bubblewrap``): new user, pid, ipc, uts, cgroup and (unless
-  ``Limits.network``) network namespaces; the host's root mounted read-only; private ``/tmp``,
-  ``/var/tmp``, ``/run``, ``/dev/shm`` (tmpfs), a minimal ``/dev`` and a fresh ``/proc``; only the
-  work directory is writable. When the sandbox's init process ends, the kernel kills every process
-  left in its pid namespace, so background and orphaned processes never outlive a run.
-* ``unshare`` (util-linux): new pid and network namespaces only (the file system is shared).
+  ``Limits.network``) network namespaces; a minimal read-only view of the host (``/usr``, ``/lib*``,
+  a few ``/etc`` files: ``layers.view_args``); the work directory ``/work`` and private ``/tmp``,
+  ``/var/tmp``, ``/run``, ``/dev/shm`` are tmpfs mounts of ``Limits.disk_mb``; a fresh ``/proc``, a
+  minimal ``/dev``. When the run's init ends, the kernel kills everything left in its pid namespace.
+* ``unshare`` (util-linux): new pid (with its own init), IPC, UTS and network namespaces; the host's
+  file system is shared (file permissions only), the work directory is a host directory.
 * ``none``: a new session and process group only.
 
-Always: rlimits through ``prlimit`` (CPU seconds, address space, processes, file size, open
-files, no core dumps), a new session, a minimal environment, the whole tree killed at the wall-time
-limit, the work directory removed afterwards. As root, each concurrent slot also runs under its own
-unprivileged uid (``uid_base + slot``), which makes the process limit per sandbox (the kernel does
-not apply RLIMIT_NPROC to root) and keeps the program off every file it does not own.
+Always: a per-slot cgroup where the host allows one (``cgroups.py``: memory+swap and pids of the
+whole tree, kernel-counted CPU time and OOM kills; otherwise a warning, RLIMIT_AS per process and
+RLIMIT_NPROC per uid), rlimits through ``prlimit`` (CPU seconds, processes, file size, open files,
+no core dumps), a new session, a minimal environment, the whole tree killed at the wall-time limit.
+As root, each concurrent slot runs under its own unprivileged uid (``uid_base + slot``) and, under
+``unshare``/``none``, its host work directory is a tmpfs of ``Limits.disk_mb``; without a namespace
+layer the program never runs as root (``allow_root`` to override). Outcomes come from facts the
+program cannot write (``layers.py``: the init's start byte on fd 9, exit status, cgroup counters,
+the host's own timer), never from its output.
 """
 
 from __future__ import annotations
 
 import base64
+import ctypes
+import fcntl
 import os
 import queue
 import selectors
@@ -33,18 +41,22 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .base import (SANDBOXES, ExecutionResult, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path,
-                   classify)
-from .warm_python import WarmSlot, make_slot_root, warm_argv
+from .base import SANDBOXES, ExecutionResult, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path, classify
+from .cgroups import CgroupTree, CgroupUnavailable, RunGroup, kill_until_gone
+from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, STATUS_FD, WORKDIR, RunSpec, chain,
+                     interpreter_prefix, which)
+from .warm_python import WarmSlot, warm_argv
 
-ISOLATION_LEVELS = ("bwrap", "unshare", "none")
 _PROBES: dict[tuple[str, bool], str | None] = {}
 _PROBE_LOCK = threading.Lock()
 _GRACE_S = 0.2
 _UID_RANGE = 4096
-_WRAPPER_ERRORS = ("bwrap: ", "prlimit: ", "unshare: ")
+_CHAIN_PROCESSES = {"bwrap": 2, "unshare": 2, "none": 1}
+"""Processes of the wrapper chain in a run's pids cgroup besides the program: bwrap's monitor or
+unshare's parent, and the init shell (the gate, setpriv and prlimit ``exec`` into the next one)."""
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1"}
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 @SANDBOXES.register("local")
@@ -54,16 +66,22 @@ class LocalSandbox(Sandbox):
     Args:
         limits: default ``Limits`` (or a mapping of its fields).
         max_workers: concurrent runs (also the number of sandbox uids used as root).
-        isolation: ``auto`` (best available), ``bwrap``, ``unshare`` or ``none``; asking for a level
-            that does not work here raises at construction.
-        work_root: where work directories are created (default: the system temp dir).
+        isolation: ``auto`` (best available), ``bwrap``, ``unshare`` or ``none``; None reads
+            ``$MONKEYBARREL_SANDBOX_ISOLATION`` (default ``auto``). A level that does not work here
+            raises at construction with the reason.
+        work_root: where host work directories (``unshare``/``none``) and warm slots live (default:
+            the system temp dir).
         uid_base: first uid of the unprivileged sandbox users when running as root (uids need no
-            passwd entry); ``None`` keeps the caller's uid.
+            passwd entry); ``None`` keeps the caller's uid, which as root needs ``allow_root``.
+        allow_root: let programs run as root (only with ``uid_base=None``); refused otherwise.
+        cgroups: ``"auto"`` (use a per-slot cgroup where the host allows one, else warn), True
+            (require one), False (rlimits only).
+        ro_binds: extra host paths a ``bwrap`` sandbox sees read-only (e.g. a Python outside ``/usr``;
+            the prefix of the command's interpreter is added on its own).
         env: extra environment variables for the program (the base is a minimal PATH/LANG set).
         warm_python: run ``python [flags] script args`` commands as forks of a warm interpreter kept in
-            each slot's sandbox (``warm_python.py``: same layers, several times the throughput for
-            short programs); needs ``bwrap`` isolation; ``"auto"`` uses it where bwrap works. Other
-            commands still run fresh.
+            each slot's sandbox (``warm_python.py``); needs ``bwrap``; ``"auto"`` uses it where bwrap
+            works. Other commands still run fresh.
         python_names: executable names that count as Python for ``warm_python``.
         recycle_after: runs after which a warm slot's sandbox is rebuilt.
 
@@ -76,21 +94,33 @@ class LocalSandbox(Sandbox):
     name = "local"
 
     def __init__(self, limits: Limits | Mapping[str, Any] | None = None, max_workers: int = 2,
-                 isolation: str = "auto", work_root: str | None = None, uid_base: int | None = 1_500_000,
+                 isolation: str | None = None, work_root: str | None = None, uid_base: int | None = 1_500_000,
+                 allow_root: bool = False, cgroups: bool | str = "auto", ro_binds: Sequence[str] = (),
                  env: Mapping[str, str] | None = None, warm_python: bool | str = False,
                  python_names: Sequence[str] = ("python3", "python"), recycle_after: int = 500) -> None:
         super().__init__(limits, max_workers)
+        isolation = isolation or os.environ.get(ISOLATION_ENV) or "auto"
         if isolation != "auto" and isolation not in ISOLATION_LEVELS:
-            raise ValueError(f"isolation must be 'auto' or one of {ISOLATION_LEVELS}, got {isolation!r}")
+            raise ValueError(f"isolation must be 'auto' or one of {ISOLATION_LEVELS}, got {isolation!r}"
+                             + (f" (from ${ISOLATION_ENV})" if os.environ.get(ISOLATION_ENV) == isolation else ""))
+        if cgroups not in (True, False, "auto"):
+            raise ValueError(f"cgroups must be true, false or 'auto', got {cgroups!r}")
         self.work_root = os.path.abspath(work_root or tempfile.gettempdir())
         if not Path(self.work_root).is_dir():
             raise ValueError(f"work_root {self.work_root!r} is not a directory")
         self.as_root = os.geteuid() == 0 and uid_base is not None
+        if os.geteuid() == 0 and uid_base is None and not allow_root:
+            raise ValueError("LocalSandbox: running as root with uid_base=None would run untrusted programs as root; "
+                             "give a uid_base (the default) or pass allow_root=True")
         if self.as_root:
             _check_traversable(self.work_root)
         self.uid_base = uid_base
         self.env = {**_ENV, **dict(env or {})}
+        self.ro_binds = tuple(os.path.abspath(p) for p in ro_binds)
         self._leases: list[Any] = []
+        self._warm: dict[tuple, Any] = {}
+        self._cgroups: CgroupTree | None = None
+        self._server_groups: dict[int, RunGroup] = {}
         # as root: one uid per slot, leased machine-wide (flock) so no other sandbox shares or kills it
         self._uids = [self._lease_uid() for _ in range(self.max_workers)] if self.as_root else []
         self.isolation = self._choose_isolation(isolation)
@@ -101,7 +131,23 @@ class LocalSandbox(Sandbox):
         warm_python = self.isolation == "bwrap" if warm_python == "auto" else warm_python
         self.warm_python, self.python_names = bool(warm_python), tuple(python_names)
         self.recycle_after = int(recycle_after)
-        self._warm: dict[tuple[int, str], Any] = {}
+        self.cgroup_problem: str | None = "disabled (cgroups=False)" if cgroups is False else None
+        self._groups: list[RunGroup | None] = [None] * self.max_workers
+        if cgroups is not False:
+            try:
+                self._cgroups = CgroupTree.create()
+                self._groups = [self._cgroups.group(f"slot-{slot}") for slot in range(self.max_workers)]
+            except (CgroupUnavailable, OSError) as exc:
+                if self._cgroups is not None:
+                    self._cgroups.remove()
+                    self._cgroups = None
+                if cgroups is True:
+                    self.close()
+                    raise ValueError(f"LocalSandbox: cgroups=True but {exc}") from None
+                self.cgroup_problem = str(exc)
+                warnings.warn(f"LocalSandbox: no per-run cgroup here ({exc}); memory is RLIMIT_AS per process and "
+                              "processes RLIMIT_NPROC per uid, so a process tree can hold processes x memory_mb. "
+                              f"Protections: {', '.join(self.protections)}", RuntimeWarning, stacklevel=2)
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(self.max_workers):
             self._slots.put(slot)
@@ -110,13 +156,17 @@ class LocalSandbox(Sandbox):
     @property
     def protections(self) -> tuple[str, ...]:
         """The isolation layers every run of this sandbox gets (network: when ``Limits.network`` is off)."""
-        layers = ["session", "rlimits", "tmp-workdir"]
+        layers = ["session", "rlimits", "workdir"]
         if self.as_root:
             layers.append("uid")
+        if getattr(self, "_cgroups", None) is not None:
+            layers += ["cgroup-memory", "cgroup-pids", "cgroup-cpu"]
+        if self.isolation == "bwrap" or self.as_root:
+            layers.append("disk-budget")
         if self.isolation == "bwrap":
-            layers += ["userns", "pidns", "netns", "ro-root", "private-tmp"]
+            layers += ["userns", "pidns", "netns", "ipcns", "ro-root", "minimal-view", "private-tmp"]
         elif self.isolation == "unshare":
-            layers += ["pidns", "netns"]
+            layers += ["pidns", "netns", "ipcns"] + (["mntns", "private-tmp"] if self.as_root else [])
         return tuple(layers)
 
     def run(self, files: Mapping[str, str | bytes], command: Sequence[str], *, stdin: str | bytes | None = None,
@@ -124,29 +174,37 @@ class LocalSandbox(Sandbox):
         limits = limits or self.limits
         if not command:
             return self._failed("empty command", limits)
+        try:
+            for rel in files:
+                check_relative_path(rel)
+        except ValueError as exc:
+            return self._failed(str(exc), limits)
+        names = {os.path.normpath(rel) for rel in files}
+        resolved = which(command[0], self.env["PATH"], names)
+        if resolved is None:
+            return self._failed(f"the command could not be run: {command[0]!r} is neither a file of the run nor an "
+                                f"executable on the sandbox PATH {self.env['PATH']}", limits)
         slot = self._slots.get()
-        workdir = None
         try:
             uid = self._uids[slot] if self.as_root else None
             warm = warm_argv(command, self.python_names) if self.warm_python and not limits.network else None
             if warm is not None:
-                server = self._warm_slot(slot, command[0], uid)
-                workdir = self._make_workdir(files, uid, root=server.root)
-                return self._execute_warm(server, workdir, *warm, stdin, limits)
-            workdir = self._make_workdir(files, uid)
-            return self._execute(workdir, list(command), stdin, limits, uid)
+                return self._execute_warm(self._warm_slot(slot, resolved, uid, limits), files, *warm, stdin, limits,
+                                          self._groups[slot])
+            return self._execute(slot, files, [resolved, *command[1:]], stdin, limits, uid)
         except (OSError, ValueError) as exc:
             return self._failed(f"{type(exc).__name__}: {exc}", limits)
         finally:
-            if workdir is not None:
-                shutil.rmtree(workdir, onerror=_force_remove)
             self._slots.put(slot)
 
     def close(self) -> None:
-        """Stop warm slots and give the leased sandbox uids back."""
+        """Stop warm slots, remove the cgroups and give the leased sandbox uids back."""
         for server in getattr(self, "_warm", {}).values():
             server.close()
         self._warm = {}
+        if getattr(self, "_cgroups", None) is not None:
+            self._cgroups.remove()
+            self._cgroups = None
         for uid in getattr(self, "_uids", ()):
             _kill_uid(uid)
         for handle in getattr(self, "_leases", ()):
@@ -157,80 +215,125 @@ class LocalSandbox(Sandbox):
         self.close()
 
     # ---- steps --------------------------------------------------------------------------------
-    def _make_workdir(self, files: Mapping[str, str | bytes], uid: int | None, root: str | None = None) -> str:
-        for rel in files:
-            check_relative_path(rel)
-        workdir = tempfile.mkdtemp(prefix="mb-sandbox-", dir=root or self.work_root)
+    def _spec(self, limits: Limits, uid: int | None, group: RunGroup | None, stdin_path: str, workdir: str,
+              extra: tuple[str, ...], chain_processes: int) -> RunSpec:
+        nproc = limits.processes + chain_processes
+        if not self.as_root:
+            nproc += _own_process_count()
+        return RunSpec(isolation=self.isolation, uid=uid, cgroup_procs=tuple(group.procs_files()) if group else (),
+                       stdin_path=stdin_path, cpu_s=limits.cpu_seconds,
+                       memory_bytes=None if group is not None else limits.memory_mb << 20, nproc=nproc,
+                       fsize_bytes=limits.file_size_mb << 20, nofile=limits.open_files, network=limits.network,
+                       disk_bytes=limits.disk_mb << 20, workdir=workdir, extra_binds=extra)
+
+    def _extra_binds(self, command0: str) -> tuple[str, ...]:
+        prefix = interpreter_prefix(command0, self.env["PATH"])
+        return self.ro_binds + ((prefix,) if prefix else ())
+
+    def _execute(self, slot: int, files: Mapping[str, str | bytes], command: list[str], stdin: str | bytes | None,
+                 limits: Limits, uid: int | None) -> ExecutionResult:
+        group = self._groups[slot]
+        fds: list[int] = []
+        host_workdir = None
+        status_r, status_w = os.pipe()
         try:
+            stdin_fd = _sealed_memfd("stdin", b"" if stdin is None else stdin)
+            fds.append(stdin_fd)
+            if self.isolation == "bwrap":
+                workdir, copies = WORKDIR, []
+                for rel, content in files.items():
+                    fd = _sealed_memfd("file", content)
+                    fds.append(fd)
+                    copies.append((fd, f"{WORKDIR}/{os.path.normpath(rel)}"))
+                env = {**self.env, "HOME": workdir, "TMPDIR": "/tmp"}
+            else:
+                host_workdir = workdir = self._make_workdir(files, uid, limits)
+                copies = []
+                env = {**self.env, "HOME": workdir, "TMPDIR": workdir}
+            if group is not None:
+                group.set_limits(limits.memory_mb, limits.processes + _CHAIN_PROCESSES[self.isolation])
+                before = group.counters()
+            spec = self._spec(limits, uid, group, f"/proc/self/fd/{stdin_fd}", workdir,
+                              self._extra_binds(command[0]), _CHAIN_PROCESSES[self.isolation])
+            argv = chain(spec, copies) + command
+            started = time.perf_counter()
+            process = subprocess.Popen(argv, cwd=host_workdir or "/", env=env, stdin=status_w,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                       close_fds=True, pass_fds=fds)
+        except BaseException:
+            if host_workdir is not None:
+                _remove_workdir(host_workdir)
+            for fd in (status_r, *fds):
+                os.close(fd)
+            raise
+        finally:
+            os.close(status_w)
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        try:
+            out, err = OutputBuffer(limits.output_bytes), OutputBuffer(limits.output_bytes)
+            timed_out = _drain(process, out, err, started + limits.time_s)
+            tree_cpu = _tree_cpu_seconds(process.pid) if timed_out and group is None else None
+            _kill_tree(process.pid)  # timed out, or leftovers of a finished run (a no-op when none)
+            if group is not None:
+                group.kill()
+            _, status, usage = os.wait4(process.pid, 0)
+            if uid is not None and group is None:
+                _kill_uid(uid)  # the namespace dies asynchronously: return only when nothing of the run is left
+            wall = time.perf_counter() - started
+            for stream in (process.stdout, process.stderr):
+                stream.close()
+            os.set_blocking(status_r, False)
+            try:
+                began = os.read(status_r, 1) == b"s"
+            except BlockingIOError:
+                began = False
+        finally:
+            os.close(status_r)
+            if host_workdir is not None:
+                _remove_workdir(host_workdir)
+        if not began:  # the wrapper failed before the program existed: its stderr is the wrapper's
+            reason = err.text().strip()[:2000] or f"the sandbox wrapper exited with status {status}"
+            if timed_out:
+                reason = f"the sandbox wrapper did not start the program within {limits.time_s:g} s; {reason}"
+            return self._failed(reason, limits)
+        exit_code = _exit_code(status)
+        if group is not None:
+            spent = group.counters().since(before)
+            cpu, oom = spent.cpu_ns / 1e9, spent.oom_kills > 0
+        else:
+            cpu, oom = tree_cpu if tree_cpu is not None else usage.ru_utime + usage.ru_stime, False
+        outcome, note = classify(exit_code, timed_out, limits, cpu_s=cpu, oom_killed=oom)
+        return ExecutionResult(outcome=outcome, exit_code=exit_code, stdout=out.text(), stderr=err.text(),
+                               stdout_truncated=out.truncated, stderr_truncated=err.truncated, wall_s=wall,
+                               cpu_s=cpu, backend=self.name, protections=self._run_protections(limits), error=note)
+
+    def _make_workdir(self, files: Mapping[str, str | bytes], uid: int | None, limits: Limits) -> str:
+        """A host work directory (``unshare``/``none``): as root a tmpfs of ``disk_mb`` owned by ``uid``."""
+        workdir = tempfile.mkdtemp(prefix="mb-sandbox-", dir=self.work_root)
+        try:
+            if self.as_root:
+                _mount_tmpfs(workdir, limits.disk_mb, uid)
             for rel, content in files.items():
                 path = Path(workdir, rel)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+            if uid is not None:
+                for root, dirs, names in os.walk(workdir):
+                    for name in [*dirs, *names]:
+                        os.chown(os.path.join(root, name), uid, uid)
+                os.chown(workdir, uid, uid)
+            os.chmod(workdir, 0o700)
         except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
+            _remove_workdir(workdir)
             raise
-        if uid is not None:
-            for root, dirs, names in os.walk(workdir):
-                for name in [*dirs, *names]:
-                    os.chown(os.path.join(root, name), uid, uid)
-            os.chown(workdir, uid, uid)
-        os.chmod(workdir, 0o700)
         return workdir
-
-    def _argv(self, workdir: str, command: list[str], limits: Limits) -> list[str]:
-        nproc = limits.processes if self.as_root else limits.processes + _own_process_count()
-        argv = ["prlimit", f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_mb << 20}", f"--nproc={nproc}",
-                f"--fsize={limits.file_size_mb << 20}", f"--nofile={limits.open_files}", "--core=0", "--"]
-        if self.isolation == "bwrap":
-            argv += _bwrap_prefix(workdir, limits.network)
-        elif self.isolation == "unshare":
-            argv += _unshare_prefix(os.geteuid() == 0 and not self.as_root, limits.network)
-        return argv + command
-
-    def _execute(self, workdir: str, command: list[str], stdin: str | bytes | None, limits: Limits,
-                 uid: int | None) -> ExecutionResult:
-        stdin_file = None
-        if stdin is not None:
-            stdin_file = tempfile.TemporaryFile()
-            stdin_file.write(stdin.encode() if isinstance(stdin, str) else bytes(stdin))
-            stdin_file.seek(0)
-        env = {**self.env, "HOME": workdir, "TMPDIR": workdir}
-        started = time.perf_counter()
-        try:
-            process = subprocess.Popen(
-                self._argv(workdir, command, limits), cwd=workdir, env=env,
-                stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                user=uid, group=uid, extra_groups=[] if uid is not None else None)
-        finally:
-            if stdin_file is not None:
-                stdin_file.close()
-        out, err = OutputBuffer(limits.output_bytes), OutputBuffer(limits.output_bytes)
-        timed_out = _drain(process, out, err, started + limits.time_s)
-        _kill_tree(process.pid)  # timed out, or leftovers of a finished run (a no-op when none)
-        _, status, usage = os.wait4(process.pid, 0)
-        if uid is not None:
-            _kill_uid(uid)  # the namespace dies asynchronously: return only when nothing of the run is left
-        process.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - started
-        for stream in (process.stdout, process.stderr):
-            stream.close()
-        exit_code = process.returncode
-        if self.isolation == "bwrap" and exit_code > 128:  # bwrap reports a child's death by signal N as 128 + N
-            exit_code = -(exit_code - 128)
-        stderr_text = err.text()
-        if exit_code != 0 and not timed_out and stderr_text.startswith(_WRAPPER_ERRORS):
-            return self._failed(stderr_text.strip()[:2000], limits)
-        outcome, note = classify(exit_code, timed_out, stderr_text, limits, wall)
-        return ExecutionResult(outcome=outcome, exit_code=exit_code, stdout=out.text(), stderr=stderr_text,
-                               stdout_truncated=out.truncated, stderr_truncated=err.truncated, wall_s=wall,
-                               cpu_s=usage.ru_utime + usage.ru_stime, backend=self.name,
-                               protections=self._run_protections(limits), error=note)
 
     def _lease_uid(self) -> int:
         """Lock a free uid in ``uid_base + [0, _UID_RANGE)`` (flock on a root-only file; freed on exit)."""
-        import fcntl
-
         lock_dir = Path(tempfile.gettempdir(), "monkeybarrel-sandbox-uids")
         lock_dir.mkdir(mode=0o700, exist_ok=True)
         for uid in range(self.uid_base, self.uid_base + _UID_RANGE):
@@ -245,31 +348,38 @@ class LocalSandbox(Sandbox):
             return uid
         raise ValueError(f"no free sandbox uid in [{self.uid_base}, {self.uid_base + _UID_RANGE})")
 
-    def _warm_slot(self, slot: int, python: str, uid: int | None) -> WarmSlot:
-        key = (slot, python)
+    def _warm_slot(self, slot: int, interpreter: str, uid: int | None, limits: Limits) -> WarmSlot:
+        key = (slot, interpreter, limits.disk_mb)
         server = self._warm.get(key)
         if server is not None and server.runs >= self.recycle_after:
             server.stop()
         if server is None:
-            interpreter = shutil.which(python, path=self.env["PATH"])
-            if interpreter is None:
-                raise ValueError(f"{python!r} is not on the sandbox PATH {self.env['PATH']}")
-            root = make_slot_root(self.work_root, uid)
-            prefix = _bwrap_prefix(root, network=False, init_shell=False, die_with_parent=False)
-            server = self._warm[key] = WarmSlot(prefix, interpreter, root, uid)
+            for other in [k for k in self._warm if k[0] == slot]:  # one server per slot at a time
+                self._warm.pop(other).close()
+            server_group = self._server_groups.get(slot)
+            if server_group is None and self._cgroups is not None:
+                server_group = self._server_groups[slot] = self._cgroups.group(f"slot-{slot}-server")
+            spec = self._spec(limits, uid, server_group, "/dev/null", WORKDIR, self._extra_binds(interpreter), 0)
+            prefix = chain(spec, init=False, rlimits=False, die_with_parent=False)
+            server = self._warm[key] = WarmSlot(prefix, interpreter, server_group)
         return server
 
-    def _execute_warm(self, server: WarmSlot, workdir: str, argv: list[str], isolated: bool,
-                      stdin: str | bytes | None, limits: Limits) -> ExecutionResult:
+    def _execute_warm(self, server: WarmSlot, files: Mapping[str, str | bytes], argv: list[str], isolated: bool,
+                      stdin: str | bytes | None, limits: Limits, group: RunGroup | None) -> ExecutionResult:
         data = b"" if stdin is None else stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-        env = {**self.env, "HOME": workdir, "TMPDIR": workdir}
+        env = {**self.env, "HOME": WORKDIR, "TMPDIR": "/tmp"}
         started = time.perf_counter()
-        reply = server.run(workdir, argv, isolated, data, env, limits)
+        if group is not None:
+            group.set_limits(limits.memory_mb, limits.processes)
+            before = group.counters()
+        reply = server.run(files, argv, isolated, data, env, limits, group)
         if reply == "died":  # the slot's server ended outside any run (e.g. recycled): once more, fresh
-            reply = server.run(workdir, argv, isolated, data, env, limits)
+            reply = server.run(files, argv, isolated, data, env, limits, group)
         protections = (*self._run_protections(limits), "warm-python")
         if not isinstance(reply, dict):  # no answer in time ("timeout"), or the server died twice ("died")
             wall = time.perf_counter() - started
+            if group is not None:
+                group.kill()
             if reply == "died":
                 return ExecutionResult(outcome=Outcome.SANDBOX_ERROR, exit_code=None, wall_s=wall,
                                        backend=self.name, protections=protections,
@@ -278,15 +388,20 @@ class LocalSandbox(Sandbox):
                                    protections=protections, error="the warm slot stopped answering; it was rebuilt")
         if reply["timed_out"]:
             server.stop()  # rebuild the slot after a timeout (fresh namespaces for the next run)
+        if group is not None:
+            group.kill()
+            spent = group.counters().since(before)
+            cpu, oom = spent.cpu_ns / 1e9, spent.oom_kills > 0
+        else:
+            cpu, oom = reply["cpu_s"], False
         out, err = OutputBuffer(limits.output_bytes), OutputBuffer(limits.output_bytes)
         for buffer, key in ((out, "stdout"), (err, "stderr")):
             buffer.add(base64.b64decode(reply[key]))
             buffer.total = reply[f"{key}_total"]
-        stderr_text = err.text()
-        outcome, note = classify(reply["exit_code"], reply["timed_out"], stderr_text, limits, reply["wall_s"])
-        return ExecutionResult(outcome=outcome, exit_code=reply["exit_code"], stdout=out.text(), stderr=stderr_text,
+        outcome, note = classify(reply["exit_code"], reply["timed_out"], limits, cpu_s=cpu, oom_killed=oom)
+        return ExecutionResult(outcome=outcome, exit_code=reply["exit_code"], stdout=out.text(), stderr=err.text(),
                                stdout_truncated=out.truncated, stderr_truncated=err.truncated, wall_s=reply["wall_s"],
-                               cpu_s=reply["cpu_s"], backend=self.name, protections=protections, error=note)
+                               cpu_s=cpu, backend=self.name, protections=protections, error=note)
 
     def _run_protections(self, limits: Limits) -> tuple[str, ...]:
         layers = self.protections
@@ -298,43 +413,14 @@ class LocalSandbox(Sandbox):
 
     def _choose_isolation(self, wanted: str) -> str:
         levels = ISOLATION_LEVELS if wanted == "auto" else (wanted,)
+        uid = self._uids[0] if self._uids else None
         for level in levels:
-            problem = _probe(level, self._uids[0] if self._uids else None)
+            problem = _probe(level, uid)
             if problem is None:
                 return level
             if wanted != "auto":
                 raise ValueError(f"isolation {wanted!r} does not work here: {problem}")
-        warnings.warn("LocalSandbox: neither bubblewrap nor unshare works here, so runs get a process group and "
-                      "rlimits only (no network or file-system isolation); install bubblewrap or use the docker "
-                      "backend for untrusted code", RuntimeWarning, stacklevel=3)
-        return "none"
-
-
-def _bwrap_prefix(workdir: str, network: bool, init_shell: bool = True, die_with_parent: bool = True) -> list[str]:
-    """bubblewrap's argv up to the command. ``die_with_parent`` ties the sandbox to the spawning
-    *thread* (PR_SET_PDEATHSIG): right for one run, wrong for a warm slot started from a pool thread."""
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", "--tmpfs", "/dev/shm",
-            "--bind", workdir, workdir, "--chdir", workdir,
-            "--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--hostname", "sandbox", "--new-session", "--as-pid-1"]
-    if die_with_parent:
-        argv.append("--die-with-parent")
-    if not network:
-        argv.append("--unshare-net")
-    # pid 1 is a shell that waits for the command (so its CPU time reaches our wait4) and exits with
-    # its status (128 + N after signal N); when it exits, the kernel kills what is left in the namespace.
-    return argv + (["--", "/bin/sh", "-c", '"$@"; exit $?', "sandbox-init"] if init_shell else ["--"])
-
-
-def _unshare_prefix(privileged: bool, network: bool) -> list[str]:
-    argv = ["unshare", "--pid", "--fork", "--kill-child"]
-    if not privileged:
-        argv.insert(1, "--user")
-        argv.insert(2, "--map-root-user")
-    if not network:
-        argv.append("--net")
-    return argv + ["--"]
+        raise ValueError(f"no isolation level works here: {_probe('none', uid)}")
 
 
 def _probe(level: str, uid: int | None) -> str | None:
@@ -347,26 +433,83 @@ def _probe(level: str, uid: int | None) -> str | None:
 
 
 def _run_probe(level: str, uid: int | None) -> str | None:
-    if level == "none":
-        return None if shutil.which("prlimit") else "prlimit (util-linux) is not installed"
-    tool = "bwrap" if level == "bwrap" else "unshare"
-    if shutil.which(tool) is None:
-        return f"{tool} is not installed"
-    workdir = tempfile.mkdtemp(prefix="mb-sandbox-probe-")
+    tools = {"bwrap": ("bwrap", "prlimit"), "unshare": ("unshare", "prlimit"), "none": ("prlimit",)}[level]
+    if uid is not None:
+        tools += ("setpriv",) + (("mount",) if level == "unshare" else ())
+    for tool in tools:
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    spec = RunSpec(isolation=level, uid=uid, cgroup_procs=(), stdin_path="/dev/null", cpu_s=10, memory_bytes=None,
+                   nproc=1 << 16, fsize_bytes=1 << 20, nofile=64, network=False, disk_bytes=1 << 20,
+                   workdir=WORKDIR if level == "bwrap" else "/")
     try:
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        privileged = os.geteuid() == 0 and uid is None
-        argv = _bwrap_prefix(workdir, False) if level == "bwrap" else _unshare_prefix(privileged, False)
-        done = subprocess.run([*argv, "true"], cwd=workdir, capture_output=True, timeout=20,
-                              user=uid, group=uid, extra_groups=[] if uid is not None else None)
+        done = subprocess.run([*chain(spec), "true"], cwd="/", env=_ENV, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=20)
         if done.returncode == 0:
             return None
         return done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
     except (OSError, subprocess.SubprocessError) as exc:
         return str(exc)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _sealed_memfd(name: str, content: str | bytes) -> int:
+    """A read-only in-memory file holding ``content`` (sealed: nobody can write or grow it)."""
+    fd = os.memfd_create(name, os.MFD_ALLOW_SEALING)
+    data = content.encode() if isinstance(content, str) else bytes(content)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, STATUS_FD + 1)  # the gate puts the status pipe on fd 9
+    os.close(fd)
+    return high
+
+
+def _mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    options = f"size={size_mb}m,mode=0700,nr_inodes=65536{owner}".encode()
+    if _LIBC.mount(b"tmpfs", path.encode(), b"tmpfs", 0x2 | 0x4, options) != 0:  # MS_NOSUID | MS_NODEV
+        error = ctypes.get_errno()
+        raise OSError(error, f"mounting a {size_mb} MiB tmpfs on {path}: {os.strerror(error)}")
+
+
+def _remove_workdir(path: str) -> None:
+    _LIBC.umount2(path.encode(), 2)  # MNT_DETACH; fails harmlessly when nothing is mounted
+    shutil.rmtree(path, onerror=_force_remove)
+
+
+def _exit_code(status: int) -> int:
+    """The program's exit code from the chain's wait status: ``-N`` for signal N, including the init
+    shell's ``128 + N``."""
+    code = os.waitstatus_to_exitcode(status)
+    if 128 < code < 128 + 65:
+        return -(code - 128)
+    return code
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """User+system CPU seconds of ``root`` and its live descendants, children reaped by them included
+    (from /proc, before a timeout's kill; used where no cgroup counts it)."""
+    parents, times = {}, {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                text = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2:].split()
+            parents[int(entry.name)] = int(fields[1])
+            times[int(entry.name)] = sum(int(v) for v in fields[11:15]) / tick
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return sum(times.get(pid, 0.0) for pid in tree)
 
 
 def _drain(process: subprocess.Popen, out: OutputBuffer, err: OutputBuffer, deadline: float) -> bool:
@@ -417,24 +560,19 @@ def _kill_tree(pid: int) -> None:
 
 def _kill_uid(uid: int, patience_s: float = 10.0) -> None:
     """SIGKILL every process of ``uid`` (a sandbox slot's own uid) until none is left."""
-    deadline = time.perf_counter() + patience_s
-    while True:
-        pids = []
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    if entry.stat().st_uid == uid:
-                        pids.append(int(entry.name))
-                except OSError:
-                    continue
-        if not pids or time.perf_counter() > deadline:
-            return
-        for pid in pids:
+    kill_until_gone(lambda: _pids_of_uid(uid), patience_s)
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
             try:
-                os.kill(pid, signal.SIGKILL)
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
             except OSError:
-                pass
-        time.sleep(0.002)
+                continue
+    return pids
 
 
 def _check_traversable(path: str) -> None:

@@ -1,19 +1,21 @@
 """Warm Python slots for the local sandbox: one long-lived bubblewrap sandbox per slot, forking runs.
 
 Starting an interpreter and building namespaces cost most of a short test run. With
-``LocalSandbox(warm_python=True)``, each slot keeps one bubblewrap sandbox (the same read-only root,
-private /tmp, new user/pid/net/ipc/uts namespaces and unprivileged uid as a fresh run) whose pid 1
-is a small trusted server (``_zygote.py``, standard library only). Each eligible run
-(``python3 [-I|-S|-E|-s|-B|-u]... script.py args``) is a fork of that server: own rlimits, own work
-directory, own session, fresh stdio; the script runs through ``runpy`` as the interpreter would run
-it. After each run the server kills every other process in the slot and empties its scratch
-directories. The slot is rebuilt after ``recycle_after`` runs, after a run that timed out, and
-whenever the server stops answering.
+``LocalSandbox(warm_python=True)``, each slot keeps one bubblewrap sandbox (the same minimal
+read-only view, sized tmpfs mounts, new user/pid/net/ipc/uts namespaces and unprivileged uid as a
+fresh run) whose pid 1 is a small trusted server (``_zygote.py``, standard library only). Each
+eligible run (``python3 [-I|-S|-E|-s|-B|-u]... script.py args``) is a fork of that server: the
+server writes the run's files into ``/work``, forks, and (where the sandbox has cgroups) the child
+waits until the host has moved it into the slot's run cgroup (``cgroups.host_pid_of`` finds its
+host pid); then it sets its rlimits, takes fresh stdio and runs the script through ``runpy`` as the
+interpreter would. After each run the server kills every other process in the slot and wipes
+everything a run could write: ``/work``, ``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm``, POSIX message
+queues and SysV IPC objects (the rest of the view is read-only). The slot is rebuilt after
+``recycle_after`` runs, after a run that timed out, and whenever the server stops answering.
 
-What differs from a fresh run: the slot's network, IPC and UTS namespaces and its private /tmp live
-across the runs of that slot (scratch is wiped between runs, SysV IPC objects are not until the
-slot is rebuilt), and the interpreter state a run starts from is the server's (a few standard
-modules already imported, one hash seed per slot).
+What differs from a fresh run: the slot's network, IPC and UTS namespaces live across the runs of
+that slot (their contents are wiped between runs), and the interpreter state a run starts from is
+the server's (a few standard modules already imported, one hash seed per slot).
 """
 
 from __future__ import annotations
@@ -22,15 +24,14 @@ import base64
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from .base import Limits
+from .cgroups import RunGroup, host_pid_of
 
 ZYGOTE_SOURCE = Path(__file__).with_name("_zygote.py").read_text()
 _FLAGS = {"-I", "-S", "-E", "-s", "-B", "-u"}
@@ -53,14 +54,15 @@ class WarmSlot:
     """One slot's sandboxed server: start it, send runs, rebuild it.
 
     Args:
-        prefix: the bubblewrap argv (up to and including ``--``) binding ``root`` writable.
+        prefix: the argv (gate, uid drop, bubblewrap with ``--``) that starts the server in the slot's
+            sandbox, joining ``server_group`` first.
         interpreter: the python executable (absolute path) that runs the server.
-        root: the slot's host directory (owned by ``uid``) holding run directories.
-        uid: the slot's unprivileged uid (None: the caller's).
+        server_group: the cgroup the server lives in (where the host finds a run's fork by its
+            namespace pid); None without cgroups.
     """
 
-    def __init__(self, prefix: list[str], interpreter: str, root: str, uid: int | None) -> None:
-        self.prefix, self.interpreter, self.root, self.uid = prefix, interpreter, root, uid
+    def __init__(self, prefix: list[str], interpreter: str, server_group: RunGroup | None) -> None:
+        self.prefix, self.interpreter, self.server_group = prefix, interpreter, server_group
         self.process: subprocess.Popen | None = None
         self.runs = 0
 
@@ -72,35 +74,64 @@ class WarmSlot:
                                       f"CONTROL_IN, CONTROL_OUT = {request_r}, {reply_w}")]
         try:
             self.process = subprocess.Popen(
-                argv, cwd=self.root, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
+                argv, cwd="/", env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(request_r, reply_w), start_new_session=True,
-                user=self.uid, group=self.uid, extra_groups=[] if self.uid is not None else None)
+                pass_fds=(request_r, reply_w), start_new_session=True)
         finally:
             os.close(request_r)
             os.close(reply_w)
         self.requests, self.replies, self.pending, self.runs = request_w, reply_r, b"", 0
 
-    def run(self, workdir: str, argv: list[str], isolated: bool, stdin: bytes, env: Mapping[str, str],
-            limits: Limits) -> dict | str:
+    def run(self, files: Mapping[str, str | bytes], argv: list[str], isolated: bool, stdin: bytes,
+            env: Mapping[str, str], limits: Limits, group: RunGroup | None = None) -> dict | str:
         """The server's reply for one run, ``"timeout"`` when it did not answer within the run's limit
-        plus a margin, or ``"died"`` when it ended without answering (the slot is stopped either way)."""
+        plus a margin, or ``"died"`` when it ended without answering (the slot is stopped either way).
+        With ``group``, the run's fork is moved into it before it runs anything of the program."""
         if self.process is None or self.process.poll() is not None:
             self.start()
-        request = {"cwd": workdir, "argv": argv, "isolated": isolated, "env": dict(env),
+        join = group is not None and self.server_group is not None
+        request = {"argv": argv, "isolated": isolated, "env": dict(env), "join": join,
+                   "files": {rel: base64.b64encode(c.encode() if isinstance(c, str) else bytes(c)).decode()
+                             for rel, c in files.items()},
                    "stdin": base64.b64encode(stdin).decode(),
                    "limits": {"time_s": limits.time_s, "cpu_seconds": limits.cpu_seconds,
-                              "memory_mb": limits.memory_mb, "processes": limits.processes,
-                              "file_size_mb": limits.file_size_mb, "open_files": limits.open_files,
-                              "output_bytes": limits.output_bytes}}
-        data = json.dumps(request).encode() + b"\n"
+                              "memory_bytes": None if join else limits.memory_mb << 20,
+                              "processes": limits.processes, "file_size_mb": limits.file_size_mb,
+                              "open_files": limits.open_files, "output_bytes": limits.output_bytes}}
+        if not self._send(json.dumps(request).encode() + b"\n"):
+            return "died"
+        deadline = time.perf_counter() + limits.time_s + _REPLY_MARGIN_S
+        if join:
+            forked = self._receive(deadline)
+            if not isinstance(forked, dict):
+                return forked
+            host_pid = host_pid_of(forked["forked"], self.server_group.pids())
+            try:
+                if host_pid is None:
+                    raise OSError(f"the run's fork (namespace pid {forked['forked']}) is not in the server's cgroup")
+                group.join(host_pid)
+            except OSError:
+                self._send(b"abort\n")
+                self._receive(deadline)
+                self.stop()
+                return "died"
+            if not self._send(b"go\n"):
+                return "died"
+        reply = self._receive(deadline)
+        if isinstance(reply, dict):
+            self.runs += 1
+        return reply
+
+    def _send(self, data: bytes) -> bool:
         try:
             while data:
                 data = data[os.write(self.requests, data):]
         except OSError:
             self.stop()
-            return "died"
-        deadline = time.perf_counter() + limits.time_s + _REPLY_MARGIN_S
+            return False
+        return True
+
+    def _receive(self, deadline: float) -> dict | str:
         while b"\n" not in self.pending:
             remaining = deadline - time.perf_counter()
             if remaining <= 0 or not select.select([self.replies], [], [], remaining)[0]:
@@ -112,7 +143,6 @@ class WarmSlot:
                 return "died"
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
-        self.runs += 1
         return json.loads(line)
 
     def stop(self) -> None:
@@ -130,16 +160,8 @@ class WarmSlot:
             pass
         self.process.wait()
         self.process = None
+        if self.server_group is not None:
+            self.server_group.kill()
 
     def close(self) -> None:
         self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def make_slot_root(work_root: str, uid: int | None) -> str:
-    """A host directory for one slot's run directories, owned by the slot's uid."""
-    root = tempfile.mkdtemp(prefix="mb-sandbox-slot-", dir=work_root)
-    if uid is not None:
-        os.chown(root, uid, uid)
-    os.chmod(root, 0o700)
-    return root

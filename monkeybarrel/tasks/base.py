@@ -11,6 +11,7 @@ from typing import Sequence
 
 from ..core.records import Problem
 from ..core.registry import Registry
+from ..kits.math_answers import answer_key, is_equivalent
 
 TASKS: Registry["Task"] = Registry("task", package="monkeybarrel.tasks")
 
@@ -51,13 +52,9 @@ class MathAnswerTask(Task):
     instruction = "Solve the problem. End your reply with: The answer is <number>."
 
     def extract_answer(self, text: str | None) -> str | None:
-        from ..kits.math_answers import answer_key
-
         return answer_key(text)
 
     def is_correct(self, text: str | None, problem: Problem) -> bool:
-        from ..kits.math_answers import is_equivalent
-
         return is_equivalent(text, problem.reference_answer)
 
     def make_prompt(self, question: str) -> str:

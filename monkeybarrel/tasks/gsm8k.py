@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..core.records import Problem
 from .base import TASKS, MathAnswerTask, take
-from ..core.files import read_records
+from ..core.files import TaskDataError, read_records
 from ..kits.math_answers import reference_from_solution
 
 HUB_DATASET = ("openai/gsm8k", "main")
@@ -41,12 +41,16 @@ class GSM8KTask(MathAnswerTask):
         for line, record in rows:
             if self.num_problems is not None and len(problems) >= self.num_problems:
                 break
+            reference = reference_from_solution(record["answer"])
+            if not reference:  # would be stored as None and every sample counted wrong
+                raise TaskDataError(f"{source}:{line}: 'answer' has no final answer after '####' "
+                                    f"(got {record['answer'][-60:]!r})")
             problems.append(
                 Problem(
                     problem_id=f"gsm8k-{self.split}-{line - 1:05d}",
                     task=self.name,
                     prompt=self.make_prompt(record["question"]),
-                    reference_answer=reference_from_solution(record["answer"]),
+                    reference_answer=reference,
                     metadata={"solution": record["answer"], "source": source, "line": line},
                 )
             )

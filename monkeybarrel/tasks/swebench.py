@@ -11,12 +11,14 @@ BM25 ranks highest for the issue. The label-free answer of a candidate is its no
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Sequence
 
 from ..core.records import Problem
-from ..kits.swebench.containers import DEFAULT_CACHE
+from ..kits.swebench.containers import ContainerPool, cache_path
 from ..kits.swebench.diffs import MalformedPatch, normalize_patch
+from ..kits.swebench.evaluate import evaluate_patches
+from ..kits.swebench.harness import evaluate_with_harness
+from ..kits.swebench.retrieval import context_block, rank_files, repo_files
 from ..kits.swebench.schema import PUBLIC_FIELDS, SWEInstance, full_instance, load_instances
 from .base import TASKS, Task
 
@@ -65,7 +67,7 @@ class SWEBenchTask(Task):
         self.path, self.split, self.num_problems, self.dataset = path, split, num_problems, dataset
         self.instance_ids, self.evaluator, self.retrieval_top_k = instance_ids, evaluator, retrieval_top_k
         self.repos_dir, self.max_context_chars = repos_dir, max_context_chars
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else DEFAULT_CACHE
+        self.cache_dir = cache_path(cache_dir)
         self.max_workers, self.timeout_s, self.harness_options = max_workers, timeout_s, dict(harness_options or {})
         self._pool = None
 
@@ -89,8 +91,6 @@ class SWEBenchTask(Task):
         """Retrieved file context (BM25 over the repository at the base commit) and its paths."""
         if self.retrieval_top_k <= 0 or (self.repos_dir is None and not instance.image_name):
             return "", []
-        from ..kits.swebench.retrieval import context_block, rank_files, repo_files
-
         files = repo_files(instance, self.repos_dir)
         paths = rank_files(instance.problem_statement, files, self.retrieval_top_k)
         return context_block(files, paths, self.max_context_chars), paths
@@ -116,12 +116,8 @@ class SWEBenchTask(Task):
         instances = {p.problem_id: full_instance(p) for p in problems}
         pairs = [(instances[problems[i].problem_id], patches[i]) for i in todo]
         if self.evaluator == "harness":
-            from ..kits.swebench.harness import evaluate_with_harness
-
             resolved = evaluate_with_harness(pairs, **self.harness_options)
         else:
-            from ..kits.swebench.evaluate import evaluate_patches
-
             resolved = [r.resolved for r in evaluate_patches(self.pool, pairs, self.timeout_s)]
         for i, ok in zip(todo, resolved):
             out[i] = bool(ok)
@@ -130,7 +126,5 @@ class SWEBenchTask(Task):
     @property
     def pool(self):
         if self._pool is None:
-            from ..kits.swebench.containers import ContainerPool
-
             self._pool = ContainerPool(cache_dir=self.cache_dir, max_workers=self.max_workers)
         return self._pool

@@ -13,13 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..core.records import Candidate, Problem
+from ..kits.math_answers import answer_key
 from .base import VERIFIERS, Verifier
-
-
-def _math_answer_key(text: str | None) -> str | None:
-    from ..kits.math_answers import answer_key
-
-    return answer_key(text)
 
 
 @VERIFIERS.register("answer_frequency")
@@ -43,7 +38,7 @@ class AnswerFrequency(Verifier):
                  answer_fn: Callable[[str | None], str | None] | None = None) -> None:
         super().__init__(name)
         self.finished_only = finished_only
-        self.answer_fn = answer_fn or _math_answer_key
+        self.answer_fn = answer_fn or answer_key
 
     def answers(self, candidates: Sequence[Candidate]) -> list[str | None]:
         """Canonical answer per candidate (None when it has none)."""

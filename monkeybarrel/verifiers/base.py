@@ -5,6 +5,11 @@ A verifier scores all candidates of one problem at once and returns one float pe
 into NaN scores with the reason recorded. Verifiers see the problem without its reference
 answer unless they declare ``uses_reference = True``; such verifiers produce ground-truth labels
 (e.g. hidden unit tests), which are kept out of label-free selection.
+
+A verifier may read what verifiers configured before it produced (``reads``: their scores and
+per-problem records, handed over by the verify stage through ``provide``), and may keep a
+JSON-serialisable record per problem (``keep_record``: generated tests, vote matrices,
+transcripts), which the verify stage stores under ``artifacts/<verifier>/<problem_id>.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,31 @@ class Verifier(ABC):
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Names of earlier verifiers whose scores and records this one reads (none by default)."""
+        return ()
+
+    def provide(self, problem_id: str, verifier: str, scores: np.ndarray, record: dict | None) -> None:
+        """Hand over an earlier verifier's ``[len(candidates)]`` scores and its record for ``problem_id``."""
+        self.__dict__.setdefault("_inputs", {}).setdefault(problem_id, {})[verifier] = (np.asarray(scores, dtype=np.float64), record)
+
+    def provided(self, problem_id: str, verifier: str) -> tuple[np.ndarray, dict | None]:
+        """What ``provide`` handed over; KeyError naming the verifier when nothing was."""
+        try:
+            return self.__dict__["_inputs"][problem_id][verifier]
+        except KeyError:
+            raise KeyError(f"{self.name}: no scores of verifier {verifier!r} were provided for {problem_id!r}") from None
+
+    def keep_record(self, problem_id: str, record: dict) -> None:
+        """Keep a JSON-serialisable record of how ``problem_id`` was scored (stored by the verify stage)."""
+        self.__dict__.setdefault("_records", {})[problem_id] = record
+
+    def pop_record(self, problem_id: str) -> dict | None:
+        """The record kept for ``problem_id`` (and the inputs provided for it are dropped), or None."""
+        self.__dict__.get("_inputs", {}).pop(problem_id, None)
+        return self.__dict__.get("_records", {}).pop(problem_id, None)
 
     @abstractmethod
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:

@@ -22,7 +22,7 @@ import numpy as np
 from ..core.models import load_pretrained
 from ..core.records import Candidate, Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..kits.code_programs import assemble_program, assert_lines, docstring_tests, extract_code
+from ..kits.code_programs import assemble_program, assert_lines, check_sandbox_failures, docstring_tests, extract_code
 from .base import VERIFIERS
 from .unit_tests import SandboxedVerifier
 
@@ -106,8 +106,9 @@ class GeneratedTestsVerifier(SandboxedVerifier):
     def execution_matrix(self, programs: Sequence[str], tests: Sequence[str]) -> np.ndarray:
         """``[len(programs), len(tests)]`` bool: program p passes test t (exit status 0).
 
-        Pairs seen before (same program and test text) are not run again. A sandbox failure raises
-        (the verifier stage records it as the problem's error).
+        Pairs seen before (same program and test text) are not run again. A run the sandbox could not
+        complete counts as failed (not cached, with a warning); only a sandbox that failed on every
+        run raises (the verifier stage records it as the problem's error).
         """
         keys = [[_pair_key(p, t) for t in tests] for p in programs]
         todo: dict[str, Job] = {}
@@ -117,11 +118,11 @@ class GeneratedTestsVerifier(SandboxedVerifier):
                     todo[key] = Job({"main.py": f"{program.rstrip()}\n\n\n{test}\n"}, [self.python, "-I", "main.py"],
                                     limits=self.limits)
         results = self.sandbox().run_many(list(todo.values()))
+        check_sandbox_failures(results, "generated_tests")
         for key, result in zip(todo, results):
-            if result.outcome is Outcome.SANDBOX_ERROR:
-                raise RuntimeError(f"sandbox failed: {result.error}")
-            self._results[key] = result.ok
-        return np.array([[self._results[key] for key in row] for row in keys], dtype=bool).reshape(
+            if result.outcome is not Outcome.SANDBOX_ERROR:
+                self._results[key] = result.ok
+        return np.array([[self._results.get(key, False) for key in row] for row in keys], dtype=bool).reshape(
             len(programs), len(tests))
 
     # ---- tests ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from ..core.records import Candidate, Problem
-from .answer_frequency import _math_answer_key
+from ..kits.math_answers import answer_key
 from .base import VERIFIERS, Verifier
 
 _WORD = re.compile(r"\S+")
@@ -33,7 +33,7 @@ class HasAnswer(Verifier):
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:
         return np.array([float(bool(c.text) and c.finish_reason != "error"
                                and (c.finish_reason == "stop" or not self.finished_only)
-                               and _math_answer_key(c.text) is not None) for c in candidates])
+                               and answer_key(c.text) is not None) for c in candidates])
 
 
 @VERIFIERS.register("length")

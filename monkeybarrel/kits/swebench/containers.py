@@ -1,7 +1,8 @@
 """A pool of long-lived docker containers, one per (image, base commit, patch); commands run by exec.
 
-Every container runs with ``network_mode="none"``, dropped capabilities, memory/pid/CPU limits and
-a per-command time limit (``timeout -k`` inside, so a hung test is killed, not waited on). At most
+Containers are the sandbox's ``DockerSession`` (``network_mode="none"``, dropped capabilities,
+memory/pid/CPU limits, a per-command time limit: ``timeout -k`` inside, so a hung test is killed,
+not waited on); this module adds the repository workspace (reset, patch) and the cache. At most
 ``max_workers`` containers exist at once. Results are cached on disk by a content hash of
 (image id, base commit, patch, command, files, time limit), so an execution is never repeated.
 
@@ -14,12 +15,8 @@ Typical use::
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import json
-import shlex
-import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +24,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-DEFAULT_CACHE = Path.home() / ".cache" / "monkeybarrel" / "swe_exec"
-"""Where the pool caches execution results unless told otherwise."""
+from ...sandbox.docker_backend import DockerSession
+
 OUTPUT_LIMIT = 64_000
 """Characters of output kept per execution (head and tail)."""
 _SCRATCH = "/tmp/mb"
+DEFAULT_CACHE = Path.home() / ".cache" / "monkeybarrel" / "swe_exec"
+"""Where the pool caches execution results unless told otherwise."""
+
+
+def cache_path(cache_dir: str | Path | None) -> Path:
+    """``cache_dir`` with ``~`` expanded, or ``DEFAULT_CACHE`` when None."""
+    return Path(cache_dir).expanduser() if cache_dir else DEFAULT_CACHE
 
 
 @dataclass(frozen=True)
@@ -148,12 +152,6 @@ class ContainerPool:
                 raise RuntimeError(f"docker image {image!r} not found; build it (e.g. .ci/swe_setup.sh)") from None
         return self._image_ids[image]
 
-    def container_options(self) -> dict[str, Any]:
-        """Isolation every container gets: no network, no capabilities, bounded memory/pids/CPU."""
-        return dict(network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
-                    mem_limit=self.mem_limit, memswap_limit=self.mem_limit, pids_limit=self.pids_limit,
-                    nano_cpus=int(self.cpus * 1e9), init=True, detach=True)
-
     # ---- cache --------------------------------------------------------------------------
     def cache_key(self, workspace: Workspace, execution: Execution) -> str:
         blob = json.dumps([self.image_id(workspace.image), workspace.repo_dir, workspace.base_commit, workspace.patch,
@@ -213,77 +211,39 @@ class ContainerPool:
 
     def _run_workspace(self, workspace: Workspace, items: list[tuple[int, int, Execution, str]]) -> list[ExecResult]:
         """Start one container, reset + patch the repository, run the executions, remove the container."""
-        container = None
         try:
-            container = self.client.containers.run(workspace.image, ["sleep", "infinity"],
-                                                   working_dir=workspace.repo_dir, **self.container_options())
-            self.stats.add(containers=1)
-            setup = f"git -c advice.detachedHead=false checkout -q -f {workspace.base_commit} && git clean -fdxq"
-            if workspace.patch is not None:  # reset + patch in one exec (each docker round trip costs ~0.2 s)
-                setup = (f"{setup} || {{ echo 'MB_SETUP_FAILED'; exit 99; }}; "
-                         + _with_files(container, {f"{_SCRATCH}/candidate.diff": workspace.patch})
-                         + f"git apply --verbose {_SCRATCH}/candidate.diff || "
-                           f"git apply --verbose --recount --ignore-whitespace {_SCRATCH}/candidate.diff")
-            code, output = _exec(container, setup, 120)
-            if code != 0 and (workspace.patch is None or "MB_SETUP_FAILED" in output):
-                raise RuntimeError(f"cannot check out {workspace.base_commit} in {workspace.repo_dir}: {output[-500:]}")
-            if code != 0:
-                self.stats.add(apply_failures=1)
-                failed = ExecResult(exit_code=None, output=_truncate(output), patch_applied=False)
-                return [failed] * len(items)
-            return [self._execute(container, execution) for _, _, execution, _ in items]
+            with DockerSession(workspace.image, workspace.repo_dir, self.mem_limit, self.pids_limit, self.cpus,
+                               client=self.client) as session:
+                self.stats.add(containers=1)
+                setup = f"git -c advice.detachedHead=false checkout -q -f {workspace.base_commit} && git clean -fdxq"
+                files = {}
+                if workspace.patch is not None:  # reset + patch in one exec (each docker round trip costs ~0.2 s)
+                    files = {f"{_SCRATCH}/candidate.diff": workspace.patch}
+                    setup = (f"{setup} || {{ echo 'MB_SETUP_FAILED'; exit 99; }}; "
+                             f"git apply --verbose {_SCRATCH}/candidate.diff || "
+                             f"git apply --verbose --recount --ignore-whitespace {_SCRATCH}/candidate.diff")
+                code, output = _decoded(session.exec(setup, 120, files))
+                if code != 0 and (workspace.patch is None or "MB_SETUP_FAILED" in output):
+                    raise RuntimeError(f"cannot check out {workspace.base_commit} in {workspace.repo_dir}: {output[-500:]}")
+                if code != 0:
+                    self.stats.add(apply_failures=1)
+                    failed = ExecResult(exit_code=None, output=_truncate(output), patch_applied=False)
+                    return [failed] * len(items)
+                return [self._execute(session, execution) for _, _, execution, _ in items]
         except Exception as exc:  # infrastructure failure: recorded on every execution, never raised
             return [ExecResult(exit_code=None, error=f"{type(exc).__name__}: {exc}")] * len(items)
-        finally:
-            if container is not None:
-                try:
-                    container.remove(force=True)
-                except Exception:  # pragma: no cover - best effort cleanup
-                    pass
 
-    def _execute(self, container, execution: Execution) -> ExecResult:
+    def _execute(self, session: DockerSession, execution: Execution) -> ExecResult:
         began = time.perf_counter()
-        code, output = _exec(container, _with_files(container, dict(execution.files)) + execution.command, execution.timeout_s)
+        code, output = _decoded(session.exec(execution.command, execution.timeout_s, dict(execution.files)))
         timed_out = code in (124, 137) and time.perf_counter() - began >= execution.timeout_s * 0.95
         self.stats.add(executions=1, timeouts=int(timed_out))
         return ExecResult(exit_code=code, output=_truncate(output), timed_out=timed_out,
                           wall_s=round(time.perf_counter() - began, 3))
 
 
-def _exec(container, script: str, timeout_s: float) -> tuple[int, str]:
-    """Run ``script`` with bash under ``timeout`` (SIGTERM at the limit, SIGKILL 2 s later)."""
-    command = ["timeout", "-k", "2", f"{timeout_s:g}", "bash", "-c", script]
-    result = container.exec_run(command, demux=False)
-    return int(result.exit_code), (result.output or b"").decode("utf-8", "replace")
-
-
-_INLINE_LIMIT = 96_000
-"""Bytes of files written inline in the command (one bash argument may hold at most 128 KiB)."""
-
-
-def _with_files(container, files: dict[str, str]) -> str:
-    """Bash that writes ``files`` inline (base64, no separate upload round trip); larger files are
-    uploaded first with ``put_archive`` and the returned prefix is empty."""
-    if sum(len(c) for c in files.values()) * 4 // 3 > _INLINE_LIMIT:
-        _put_files(container, files)
-        return ""
-    parts = []
-    for path, content in files.items():
-        folder = shlex.quote(str(Path(path).parent))
-        encoded = base64.b64encode(content.encode()).decode()
-        parts.append(f"mkdir -p {folder} && echo {encoded} | base64 -d > {shlex.quote(path)}; ")
-    return "".join(parts)
-
-
-def _put_files(container, files: dict[str, str]) -> None:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path, content in files.items():
-            data = content.encode()
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    container.put_archive("/", buffer.getvalue())
+def _decoded(result: tuple[int, bytes]) -> tuple[int, str]:
+    return result[0], result[1].decode("utf-8", "replace")
 
 
 def _truncate(text: str) -> str:

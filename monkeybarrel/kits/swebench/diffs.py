@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 _FENCE = re.compile(r"```(?:diff|patch)?[ \t]*\n(.*?)```", re.S)
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
@@ -135,3 +136,15 @@ def _check(text: str) -> NormalizedPatch:
 def is_trivial(patch: str | None) -> bool:
     """CodeMonkeys' filter: empty or one-line patches are not candidates for voting."""
     return patch is None or len(patch.strip().splitlines()) <= 1
+
+
+def candidate_patches(texts: Sequence[str | None]) -> list[str | None]:
+    """Each text's normalised patch, or None when it is malformed or trivial (such a candidate gets no vote)."""
+    patches: list[str | None] = []
+    for text in texts:
+        try:
+            patch = normalize_patch(text).text
+        except MalformedPatch:
+            patch = None
+        patches.append(None if is_trivial(patch) else patch)
+    return patches

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import io
 import re
+import shlex
 import subprocess
 import tarfile
 from pathlib import Path
 
+from ...sandbox.docker_backend import DockerSession
 from .schema import SWEInstance
 
 _WORD = re.compile(r"[A-Za-z][a-z0-9]*|[A-Z]+(?![a-z])|\d+")
@@ -54,19 +56,11 @@ def repo_files(instance: SWEInstance, repos_dir: str | Path | None = None, clien
         raise FileNotFoundError(f"{repos_dir}: no checkout {owner_name!r} for {instance.instance_id}")
     if not instance.image_name or not instance.repo_dir:
         raise ValueError(f"{instance.instance_id}: no repos_dir given and fields image_name/repo_dir are empty")
-    if client is None:
-        import docker
-
-        client = docker.from_env()
-    container = client.containers.run(instance.image_name, ["sleep", "60"], working_dir=instance.repo_dir,
-                                      network_mode="none", detach=True, init=True)
-    try:
-        result = container.exec_run(archive)
-        if result.exit_code != 0:
-            raise RuntimeError(f"git archive failed in {instance.image_name}: {result.output[-300:]!r}")
-        return _untar(result.output)
-    finally:
-        container.remove(force=True)
+    with DockerSession(instance.image_name, instance.repo_dir, client=client) as session:
+        code, output = session.exec(" ".join(shlex.quote(a) for a in archive), 60)
+    if code != 0:
+        raise RuntimeError(f"git archive failed in {instance.image_name}: {output[-300:]!r}")
+    return _untar(output)
 
 
 def rank_files(query: str, files: dict[str, str], top_k: int = 3, exclude_tests: bool = True) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...core.groups import rank_by_votes
 from .containers import ContainerPool, ExecResult, Execution, Workspace
 
 SOLVED, NOT_SOLVED, ERROR = 0, 2, 1
@@ -106,18 +107,18 @@ def run_vote_matrix(pool: ContainerPool, image: str, repo_dir: str, base_commit:
 
 
 def rank_candidates(patches: Sequence[str], votes: Sequence[float], max_candidates: int | None = 3) -> list[int]:
-    """CodeMonkeys' filter: indices sorted by (-votes, patch length), exact duplicates dropped, first ``max_candidates``.
+    """CodeMonkeys' filter: indices by ``core.groups.rank_by_votes`` (votes, then patch length), exact
+    duplicates dropped, first ``max_candidates``.
 
     NaN votes (malformed or trivial patches) are left out.
     """
-    order = sorted((i for i in range(len(patches)) if np.isfinite(votes[i])),
-                   key=lambda i: (-float(votes[i]), len(patches[i]), i))
+    votes = np.asarray(votes, dtype=np.float64)
+    [order] = rank_by_votes(votes, [len(p) for p in patches], np.zeros(len(patches), np.int64), 1)
     kept, seen = [], set()
-    for i in order:
-        if patches[i] in seen:
-            continue
-        seen.add(patches[i])
-        kept.append(i)
+    for i in order[np.isfinite(votes[order])].tolist():
+        if patches[i] not in seen:
+            seen.add(patches[i])
+            kept.append(i)
     return kept if max_candidates is None else kept[:max_candidates]
 
 
