@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from monkeybarrel.allocation import ConfidentMajority, Difficulty, Uniform, UntilSolved
 from monkeybarrel.allocation.equal_compute import equal_compute_table, outcomes_from_selection
-from monkeybarrel.allocation.simulate import RecordedOutcomes, replay
+from monkeybarrel.allocation.simulate import RecordedOutcomes, draw, majority_correct, replay
 from monkeybarrel.core.metrics import default_ks
 from monkeybarrel.experiments.llmonk_data import read_outcomes_parquet
 from monkeybarrel.orchestrator.allocation_report import plot_equal_compute, render_section
@@ -79,20 +79,6 @@ def store(args: argparse.Namespace) -> dict:
     return table
 
 
-def _majority_correct(outcomes: RecordedOutcomes, drawn: np.ndarray) -> np.ndarray:
-    """``[G, P]`` bool: the most frequent of the first ``drawn`` answers is correct (ties: seen first)."""
-    G, P, N = outcomes.shape
-    inside = np.arange(N)[None, None, :] < drawn[..., None]
-    width = int(outcomes.answers.max(initial=-1)) + 1
-    hit = (outcomes.answers[..., None] == np.arange(max(width, 1))) & inside[..., None]
-    votes = hit.sum(axis=2)
-    first = np.where(hit.any(axis=2), hit.argmax(axis=2), N)
-    score = np.where(votes > 0, votes * (N + 1) - first, -1)
-    winner = score.argmax(axis=2)
-    right = ((outcomes.answers == winner[..., None]) & outcomes.correct & inside).any(axis=2)
-    return right & (score.max(axis=2) >= 0)
-
-
 def _interval(values: np.ndarray) -> str:
     low, high = np.percentile(values, [2.5, 97.5])
     return f"[{100 * low:.1f}, {100 * high:.1f}]"
@@ -118,11 +104,11 @@ def real(args: argparse.Namespace) -> dict:
         source = f"the run's own allocation ({ledger_path.name})"
     else:
         policy = ConfidentMajority(threshold=args.threshold, round_size=args.round_size)
-        drawn = _index_order_replay(policy, outcomes)
+        drawn = draw(policy, outcomes.correct, outcomes.answers, outcomes.available, outcomes.available.sum(axis=1))
         source = f"confident_majority(threshold={args.threshold}, round_size={args.round_size}) replayed in sample order"
     uniform_drawn = np.full((G, P), args.samples)
-    adaptive_right = _majority_correct(outcomes, drawn).reshape(-1).astype(float)
-    uniform_right = _majority_correct(outcomes, uniform_drawn).reshape(-1).astype(float)
+    adaptive_right = majority_correct(outcomes.correct, outcomes.answers, drawn).reshape(-1).astype(float)
+    uniform_right = majority_correct(outcomes.correct, outcomes.answers, uniform_drawn).reshape(-1).astype(float)
     rng = np.random.default_rng(args.seed)
     picks = rng.integers(0, adaptive_right.size, (args.bootstrap, adaptive_right.size))
     a, u = adaptive_right[picks].mean(axis=1), uniform_right[picks].mean(axis=1)
@@ -138,14 +124,6 @@ def real(args: argparse.Namespace) -> dict:
             "accuracy_uniform": float(uniform_right.mean()), "interval_adaptive": np.percentile(a, [2.5, 97.5]).tolist(),
             "interval_uniform": np.percentile(u, [2.5, 97.5]).tolist(),
             "interval_difference": np.percentile(a - u, [2.5, 97.5]).tolist(), "drawn": drawn.tolist()}
-
-
-def _index_order_replay(policy: ConfidentMajority, outcomes: RecordedOutcomes) -> np.ndarray:
-    """Samples the policy would draw if the store's samples arrived in index order (one replay, no shuffle)."""
-    from monkeybarrel.allocation.simulate import _run
-
-    return _run(policy, outcomes.correct, outcomes.answers, outcomes.available,
-                outcomes.available.sum(axis=1), max_rounds=10_000)
 
 
 def main() -> None:

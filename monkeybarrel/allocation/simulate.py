@@ -80,11 +80,12 @@ def replay(policy: AllocationPolicy, outcomes: RecordedOutcomes, budget: int | n
     samples, coverage, majority, drawn_all = [], [], [], []
     for _ in range(orders):
         correct, answers = _shuffle(outcomes, rng)
-        drawn = _run(policy, correct, answers, outcomes.available, budget_g, max_rounds)
+        drawn = draw(policy, correct, answers, outcomes.available, budget_g, max_rounds)
         passed = _prefix_count(np.cumsum(correct, axis=2, dtype=np.int32), drawn)
         samples.append(drawn.sum(axis=1))
         coverage.append((passed > 0).mean(axis=1))
-        majority.append(_majority_accuracy(correct, answers, drawn) if answers is not None else np.full(G, np.nan))
+        majority.append(majority_correct(correct, answers, drawn).mean(axis=1) if answers is not None
+                        else np.full(G, np.nan))
         drawn_all.append(drawn)
     return ReplayResult(np.mean(samples, axis=0), np.mean(coverage, axis=0), np.mean(majority, axis=0),
                         np.stack(drawn_all))
@@ -107,9 +108,16 @@ def _prefix_count(cumulative: np.ndarray, drawn: np.ndarray) -> np.ndarray:
     return np.where(drawn > 0, at, 0)
 
 
-def _run(policy: AllocationPolicy, correct: np.ndarray, answers: np.ndarray | None, available: np.ndarray,
-         budget: np.ndarray, max_rounds: int) -> np.ndarray:
-    """Samples drawn per cell when ``policy`` runs to the end on one order."""
+def draw(policy: AllocationPolicy, correct: np.ndarray, answers: np.ndarray | None, available: np.ndarray,
+         budget: np.ndarray, max_rounds: int = 10_000) -> np.ndarray:
+    """``[G, P]`` samples drawn per cell when ``policy`` runs to the end on samples in the given order.
+
+    Args:
+        correct: ``[G, P, N]`` bool, in drawing order.
+        answers: ``[G, P, N]`` int answer codes in drawing order, or None.
+        available: ``[G, P]`` samples per cell.
+        budget: ``[G]`` samples per generator.
+    """
     G, P, N = correct.shape
     cumulative = np.cumsum(correct, axis=2, dtype=np.int32)
     first_pass = np.where(correct.any(axis=2), correct.argmax(axis=2) + 1, N + 1)
@@ -146,12 +154,12 @@ def _top_votes(onehot: np.ndarray, drawn: np.ndarray) -> np.ndarray:
     return -np.sort(-counts, axis=-1)[..., :2]
 
 
-def _majority_accuracy(correct: np.ndarray, answers: np.ndarray, drawn: np.ndarray) -> np.ndarray:
-    """``[G]`` share of problems whose most frequent drawn answer is correct (ties: seen first)."""
+def majority_correct(correct: np.ndarray, answers: np.ndarray, drawn: np.ndarray) -> np.ndarray:
+    """``[G, P]`` bool: the most frequent of each cell's first ``drawn`` answers is correct (ties: seen first)."""
     G, P, N = correct.shape
     width = int(answers.max(initial=-1)) + 1
     if width == 0:
-        return np.zeros(G)
+        return np.zeros((G, P), dtype=bool)
     inside = np.arange(N)[None, None, :] < drawn[..., None]
     hit = (answers[..., None] == np.arange(width)) & inside[..., None]  # [G, P, N, U]
     votes = hit.sum(axis=2)
@@ -159,4 +167,4 @@ def _majority_accuracy(correct: np.ndarray, answers: np.ndarray, drawn: np.ndarr
     score = np.where(votes > 0, votes * (N + 1) - first_seen, -1)
     winner = score.argmax(axis=2)
     right = ((answers == winner[..., None]) & correct & inside).any(axis=2)
-    return (right & (score.max(axis=2) >= 0)).mean(axis=1)
+    return right & (score.max(axis=2) >= 0)
