@@ -202,11 +202,13 @@ class LocalSandbox(Sandbox):
         for server in getattr(self, "_warm", {}).values():
             server.close()
         self._warm = {}
+        self._server_groups = {}
         if getattr(self, "_cgroups", None) is not None:
             self._cgroups.remove()
             self._cgroups = None
         for uid in getattr(self, "_uids", ()):
             _kill_uid(uid)
+        self._uids = []  # given back: a later close (e.g. from __del__) must not kill the next holder's runs
         for handle in getattr(self, "_leases", ()):
             handle.close()
         self._leases = []
@@ -334,7 +336,7 @@ class LocalSandbox(Sandbox):
 
     def _lease_uid(self) -> int:
         """Lock a free uid in ``uid_base + [0, _UID_RANGE)`` (flock on a root-only file; freed on exit)."""
-        lock_dir = Path(tempfile.gettempdir(), "monkeybarrel-sandbox-uids")
+        lock_dir = Path("/tmp/monkeybarrel-sandbox-uids")  # one place machine-wide, whatever $TMPDIR says
         lock_dir.mkdir(mode=0o700, exist_ok=True)
         for uid in range(self.uid_base, self.uid_base + _UID_RANGE):
             handle = open(lock_dir / f"{uid}.lock", "a")
@@ -383,7 +385,8 @@ class LocalSandbox(Sandbox):
             if reply == "died":
                 return ExecutionResult(outcome=Outcome.SANDBOX_ERROR, exit_code=None, wall_s=wall,
                                        backend=self.name, protections=protections,
-                                       error="the warm slot's server ended during the run")
+                                       error="the warm slot's server ended during the run"
+                                       + (f": {server.last_words()}" if server.last_words() else ""))
             return ExecutionResult(outcome=Outcome.TIMEOUT, exit_code=None, wall_s=wall, backend=self.name,
                                    protections=protections, error="the warm slot stopped answering; it was rebuilt")
         if reply["timed_out"]:
