@@ -65,13 +65,18 @@ def build(directory: Path, problems: int, samples: int, seed: int = 0, chunks: i
     store.write_table("labels", pa.table({**keys, "correct": correct}, schema=LABEL_SCHEMA))
 
 
-def report_in_subprocess(directory: Path) -> tuple[float, float]:
-    """``monkeybarrel report DIR`` in a child process: (wall s, child's peak RSS in GB)."""
+def report_in_subprocess(directory: Path) -> tuple[float, float, float]:
+    """``monkeybarrel report DIR`` in a child process: (wall s, CPU s, peak RSS of the largest child so far in GB).
+
+    CPU seconds (user + system) are less sensitive than wall time to other load on a shared machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli", "report", str(directory)],
                    check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - began
-    return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu, after.ru_maxrss / 1e6
 
 
 def main() -> None:
@@ -100,17 +105,18 @@ def main() -> None:
         print(f"select + evaluate + report (coverage/majority@k for ks {metrics['ks']}): {time.perf_counter() - began:.1f} s")
         print(f"coverage@100 {metrics['coverage'][str(args.samples)]:.3f}, majority@100 {metrics['majority'][str(args.samples)]:.3f}")
         load = os.getloadavg()[0]
-        wall, peak = report_in_subprocess(directory)
+        wall, cpu, peak = report_in_subprocess(directory)
         print(f"`monkeybarrel report` ({args.chunks} candidate chunks, {os.cpu_count()} cores, load {load:.1f}): "
-              f"{wall:.1f} s, peak RSS {peak:.2f} GB")
+              f"{wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {peak:.2f} GB")
         if args.chunks > 1:
             began = time.perf_counter()
             subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli", "store", "compact", str(directory)],
                            check=True, stdout=subprocess.DEVNULL)
             compacted = time.perf_counter() - began
             load = os.getloadavg()[0]
-            wall, _ = report_in_subprocess(directory)
-            print(f"`monkeybarrel store compact`: {compacted:.1f} s; `report` after it (1 chunk, load {load:.1f}): {wall:.1f} s")
+            wall, cpu, _ = report_in_subprocess(directory)
+            print(f"`monkeybarrel store compact`: {compacted:.1f} s; `report` after it (1 chunk, load {load:.1f}): "
+                  f"{wall:.1f} s wall, {cpu:.1f} s CPU")
 
 
 if __name__ == "__main__":

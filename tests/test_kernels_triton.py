@@ -6,9 +6,6 @@ installed (it is not a core dependency; CI without it skips).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -16,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from monkeybarrel.kernels.reference import shared_prefix_attention_reference
+from triton_interpreter import run_in_interpreter
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -150,13 +148,6 @@ def test_auto_config_picks_schedule_by_balance():
 
 _INTERPRETER_SCRIPT = textwrap.dedent("""
     import numpy as np, torch
-    import triton.runtime.interpreter as I
-    if hasattr(I, "_patch_lang_tensor"):  # triton 3.6 interpreter vs numpy>=2.4: int() of a 1-elem 1-d array
-        _orig = I._patch_lang_tensor
-        def _patched(tensor, scope):
-            _orig(tensor, scope)
-            scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-        I._patch_lang_tensor = _patched
     from monkeybarrel.kernels.hydragen_launch import HydragenConfig, hydragen_decode_attention
     from monkeybarrel.kernels.reference import replicated_attention_reference
     torch.manual_seed(0)
@@ -188,7 +179,5 @@ _INTERPRETER_SCRIPT = textwrap.dedent("""
 def test_triton_interpreter_on_cpu():
     """The kernels' indexing, ragged masking, splits and merge, executed by Triton's CPU interpreter."""
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], capture_output=True, text=True, env=env,
-                         timeout=600)
+    res = run_in_interpreter(_INTERPRETER_SCRIPT)
     assert res.returncode == 0 and res.stdout.strip().endswith("OK"), res.stdout + res.stderr

@@ -28,6 +28,8 @@ def test_run_then_report_rebuilds_from_the_store(tmp_path: Path, capsys):
     assert metrics["selection"]["oracle (coverage)"]["accuracy"] == metrics["coverage"]["4"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["costs"]["generators"]["smol"]["completion_tokens"] > 0
+    # sampling wall time is the stage's, not a sum of per-candidate shares of batch time
+    assert manifest["costs"]["generators"]["smol"]["sample_wall_s"] == manifest["runs"][-1]["sampled"]["smol"]["wall_s"]
     assert {"config_hash", "package_versions", "seeds", "runs"} <= set(manifest)
 
     (out / "report.md").unlink()
@@ -64,6 +66,14 @@ def test_bad_inputs_exit_2_with_a_clear_message(tmp_path: Path, capsys):
 
     assert main(["report", str(tmp_path)]) == 2
     assert "not an experiment directory" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("monkeybarrel ")
 
 
 def test_demo_config_is_valid_and_packaged():

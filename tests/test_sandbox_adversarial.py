@@ -68,10 +68,11 @@ def sandbox(request, work_root):
         except ValueError as exc:  # warm forks need bubblewrap
             pytest.skip(str(exc))
         yield box
+        uids = list(box._uids)
         box.close()
         assert list(tmp_path.iterdir()) == [], "work directories left behind"
         if box.as_root:
-            assert _processes_of_uids(box._uids) == []
+            assert _processes_of_uids(uids) == []
     else:
         reason = docker_unavailable_reason()
         if reason is not None:
@@ -217,9 +218,11 @@ def test_a_run_cannot_plant_files_or_ipc_for_the_next_one(sandbox):
     needs(sandbox, "private-tmp")
     needs(sandbox, "ipcns")
     token = uuid.uuid4().hex[:8]
-    for _ in range(2):  # warm: the same slot (max_workers runs in turn) serves both
+    # slots are taken in turn: two plants then two looks put a look on every slot that was planted
+    for _ in range(2):
         planted = sandbox.run({"main.py": PLANT}, ["python3", "main.py", token, "plant"], limits=LIMITS)
         assert planted.outcome is Outcome.OK and "shm True" in planted.stdout, planted.stdout + planted.stderr
+    for _ in range(2):
         seen = sandbox.run({"main.py": PLANT}, ["python3", "main.py", token, "look"], limits=LIMITS)
         assert seen.stdout == "found\n", seen.stdout
     assert not any(Path(d, f"planted-{token}").exists() for d in ("/tmp", "/var/tmp", "/run", "/dev/shm"))

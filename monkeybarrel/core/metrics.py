@@ -146,25 +146,42 @@ def _majority_monte_carlo(answers: np.ndarray, labels: np.ndarray, ks: list[int]
     abstain = width
     local = np.where(local == n, abstain, local)
     correct_code = np.concatenate([correct_code[:, :width], np.zeros((n_problems, 1), bool)], axis=1)
-    ordering = rng.random((n_problems, trials, n)).argsort(axis=2)  # [P, T, n]
-    drawn = np.take_along_axis(np.broadcast_to(local[:, None, :], ordering.shape), ordering, axis=2)
-    counts = np.zeros((n_problems, trials, width + 1), dtype=np.int32)
-    first_seen = np.full((n_problems, trials, width + 1), n, dtype=np.int32)
-    p_index, t_index = np.indices((n_problems, trials))
-    result: dict[int, np.ndarray] = {}
-    wanted = set(ks)
-    for position in range(max(ks)):
-        code = drawn[:, :, position]
-        counts[p_index, t_index, code] += 1
-        unseen = first_seen[p_index, t_index, code] == n
-        first_seen[p_index[unseen], t_index[unseen], code[unseen]] = position
-        if position + 1 in wanted:
-            votes = counts[:, :, :width].astype(np.int64)
-            score = np.where(votes > 0, votes * (n + 1) - first_seen[:, :, :width], -1)
-            winner = score.argmax(axis=2) if width else np.zeros((n_problems, trials), dtype=np.int64)
-            won = np.take_along_axis(score, winner[..., None], axis=2)[..., 0] >= 0 if width else np.zeros_like(winner, bool)
-            right = np.take_along_axis(correct_code[:, None, :].repeat(trials, axis=1), winner[..., None], axis=2)[..., 0]
-            result[position + 1] = (right & won).mean(axis=1)
+    k_max = max(ks)
+    result: dict[int, np.ndarray] = {k: np.zeros(n_problems) for k in ks}
+    # Sub-blocks keep the [p, T, k_max, width] vote counts within budget (width varies with the answers).
+    step = max(1, 16_000_000 // (trials * k_max * (width + 1)))
+    for first in range(0, n_problems, step):
+        part = slice(first, first + step)
+        for k, share in _majority_subsets(local[part], correct_code[part], width, ks, k_max, trials, rng).items():
+            result[k][part] = share
+    return result
+
+
+def _majority_subsets(local: np.ndarray, correct_code: np.ndarray, width: int, ks: list[int], k_max: int,
+                      trials: int, rng: np.random.Generator) -> dict[int, np.ndarray]:
+    """Share of ``trials`` random orderings whose first-k majority is correct, for each k (vectorised).
+
+    ``local``: ``[p, n]`` codes 0..width-1 (``width`` = abstain); ``correct_code``: ``[p, width + 1]``.
+    Votes of every prefix come from one cumulative sum over the ordering; ties go to the answer seen first.
+    """
+    p, n = local.shape
+    if width == 0:  # nobody answered: every subset is wrong
+        return {k: np.zeros(p) for k in ks}
+    ordering = np.broadcast_to(np.arange(n, dtype=np.int32), (p, trials, n)).copy()
+    rng.permuted(ordering, axis=2, out=ordering)  # uniform permutations, O(n) each
+    drawn = np.take_along_axis(np.broadcast_to(local[:, None, :], ordering.shape), ordering[:, :, :k_max], axis=2)
+    hits = drawn[..., None] == np.arange(width, dtype=drawn.dtype)  # [p, T, k_max, width]
+    counts = np.cumsum(hits, axis=2, dtype=np.int16)
+    seen = counts[:, :, -1, :] > 0
+    first_seen = np.where(seen, hits.argmax(axis=2), n)  # [p, T, width]
+    result = {}
+    for k in ks:
+        votes = counts[:, :, k - 1, :].astype(np.int32)
+        score = np.where(votes > 0, votes * (n + 1) - first_seen, -1)
+        winner = score.argmax(axis=2)
+        won = np.take_along_axis(score, winner[..., None], axis=2)[..., 0] >= 0
+        right = np.take_along_axis(correct_code, winner, axis=1)  # [p, T]
+        result[k] = (right & won).mean(axis=1)
     return result
 
 

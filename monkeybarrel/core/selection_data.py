@@ -98,18 +98,21 @@ class SelectionData:
                        [problem_texts.get(str(p), "") for p in problems], dtype=object))
 
     def subset(self, rows: np.ndarray) -> "SelectionData":
-        """The candidates at ``rows`` (groups re-indexed to the problems that remain)."""
-        keys = pa.table({"problem_id": self.problem_id[rows].astype(str),
-                         "generator_id": self.generator_id[rows].astype(str),
-                         "sample_index": self.sample_index[rows]})
-        data = SelectionData.build(keys, self.scores[rows], self.verifiers, None,
-                                   None if self.embeddings is None else self.embeddings[rows])
-        problem_texts = None
-        if self.problem_texts is not None:
-            by_id = dict(zip(self.problems.astype(str), self.problem_texts))
-            problem_texts = np.asarray([by_id[str(p)] for p in data.problems], dtype=object)
-        return _replace(data, answers=self.answers[rows], texts=None if self.texts is None else self.texts[rows],
-                        problem_texts=problem_texts)
+        """The candidates at ``rows`` (groups re-indexed to the problems that remain, in first-appearance
+        order; answer codes kept; tie-break ranks re-numbered in the same order). Integer work only."""
+        rows = np.asarray(rows, dtype=np.int64)
+        kept, first, inverse = np.unique(self.groups[rows], return_index=True, return_inverse=True)
+        appearance = np.argsort(first, kind="stable")          # kept groups in first-appearance order
+        position = np.empty_like(appearance)
+        position[appearance] = np.arange(appearance.size)
+        return SelectionData(
+            problem_id=self.problem_id[rows], generator_id=self.generator_id[rows], sample_index=self.sample_index[rows],
+            groups=position[inverse.reshape(-1)].astype(np.int64), problems=self.problems[kept[appearance]],
+            scores=self.scores[rows], verifiers=self.verifiers, answers=self.answers[rows],
+            tiebreak=np.argsort(np.argsort(self.tiebreak[rows], kind="stable"), kind="stable").astype(np.int64),
+            embeddings=None if self.embeddings is None else self.embeddings[rows],
+            texts=None if self.texts is None else self.texts[rows],
+            problem_texts=None if self.problem_texts is None else self.problem_texts[kept[appearance]])
 
     def verifier_scores(self, name: str) -> np.ndarray:
         """``[n]`` scores of verifier ``name``."""

@@ -49,29 +49,48 @@ def _softmax_step(acc, l_i, m_i, s, v):
 
 
 @triton.jit
+def _row_offsets(rows, ok, page_row, stride_n, stride_page, BS: tl.constexpr, PAGED: tl.constexpr):
+    """Element offsets of key rows ``rows`` of one head: ``rows * stride_n`` for a contiguous head, or
+    through the block table row ``page_row`` (``BS`` tokens a page, pages ``stride_page`` apart) for a
+    paged KV cache. Rows where ``ok`` is False look up page 0 (their loads are masked)."""
+    if PAGED:
+        page = tl.load(page_row + rows // BS, mask=ok, other=0).to(tl.int64)
+        return page * stride_page + (rows % BS) * stride_n
+    else:
+        return rows * stride_n
+
+
+@triton.jit
 def _attend_range(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, lo, hi, qk_scale,
-                  D: tl.constexpr, BLOCK_N: tl.constexpr):
+                  D: tl.constexpr, BLOCK_N: tl.constexpr,
+                  page_row, stride_kpage, stride_vpage, BS: tl.constexpr, PAGED: tl.constexpr):
     """Attend the query block ``q [M, D]`` to key rows ``[lo, hi)`` of one head (no-op if hi <= lo).
 
     ``k_base``/``v_base`` point at row 0, column 0 of that head; rows are ``stride_kn`` apart and
-    columns contiguous. Full blocks run unmasked; one masked block handles the tail.
+    columns contiguous. With ``PAGED``, row ``r`` lives in page ``page_row[r // BS]`` (a block-table
+    row), at ``page * stride_kpage + (r % BS) * stride_kn``. Full blocks run unmasked; one masked block
+    handles the tail.
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     n_full = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N
     for start in range(lo, n_full, BLOCK_N):
         rows = start + offs_n
-        k = tl.load(k_base + rows[None, :] * stride_kn + offs_d[:, None])  # [D, BLOCK_N]
+        k_off = _row_offsets(rows, rows < hi, page_row, stride_kn, stride_kpage, BS, PAGED)
+        v_off = _row_offsets(rows, rows < hi, page_row, stride_vn, stride_vpage, BS, PAGED)
+        k = tl.load(k_base + k_off[None, :] + offs_d[:, None])  # [D, BLOCK_N]
         s = tl.dot(q, k) * qk_scale
-        v = tl.load(v_base + rows[:, None] * stride_vn + offs_d[None, :])  # [BLOCK_N, D]
+        v = tl.load(v_base + v_off[:, None] + offs_d[None, :])  # [BLOCK_N, D]
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, s, v)
     if n_full < hi:
         rows = n_full + offs_n
         ok = rows < hi
-        k = tl.load(k_base + rows[None, :] * stride_kn + offs_d[:, None], mask=ok[None, :], other=0.0)
+        k_off = _row_offsets(rows, ok, page_row, stride_kn, stride_kpage, BS, PAGED)
+        v_off = _row_offsets(rows, ok, page_row, stride_vn, stride_vpage, BS, PAGED)
+        k = tl.load(k_base + k_off[None, :] + offs_d[:, None], mask=ok[None, :], other=0.0)
         s = tl.dot(q, k) * qk_scale
         s = tl.where(ok[None, :], s, float("-inf"))
-        v = tl.load(v_base + rows[:, None] * stride_vn + offs_d[None, :], mask=ok[:, None], other=0.0)
+        v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, s, v)
     return acc, l_i, m_i
 
@@ -111,8 +130,10 @@ def _merge_rows(b, g, hkv, ok, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, 
     den = tl.zeros(g.shape, dtype=tl.float32)
     for sp in range(N_PSPLITS):
         part = (hkv * N_PSPLITS + sp) * n_rows + rows
-        w = tl.math.exp2(tl.load(LP + part, mask=ok, other=float("-inf"), cache_modifier=".cg") - m)
-        o = tl.load(OP + part[:, None] * D + offs_d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
+        lp = tl.load(LP + part, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        w = tl.math.exp2(lp - m)
+        o = tl.load(OP + part[:, None] * D + offs_d[None, :], mask=(ok & (lp > float("-inf")))[:, None], other=0.0,
+                    cache_modifier=".cg")
         acc += w[:, None] * o
         den += w
     for ss in range(N_SSPLITS):
@@ -179,7 +200,7 @@ def _prefix_tile(tile, Q, KP, VP, OP, LP, n_rows, P, prefix_chunk, qk_scale,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, KP + hkv * stride_kph, VP + hkv * stride_vph,
-                                  stride_kpn, stride_vpn, lo, hi, qk_scale, D, BLOCK_N)
+                                  stride_kpn, stride_vpn, lo, hi, qk_scale, D, BLOCK_N, KP, 0, 0, 1, False)
     o, lse2 = _finish(acc, l_i, m_i)
     part = (hkv * N_PSPLITS + split).to(tl.int64) * n_rows + rows
     tl.store(OP + part[:, None] * D + offs_d[None, :], o, mask=row_ok[:, None])
@@ -214,7 +235,7 @@ def _suffix_tile(tile, Q, KS, VS, LENS, OS, LS, suffix_chunk, qk_scale,
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     acc, l_i, m_i = _attend_range(acc, l_i, m_i, q,
                                   KS + b1 * stride_ksb + hkv * stride_ksh, VS + b1 * stride_vsb + hkv * stride_vsh,
-                                  stride_ksn, stride_vsn, lo, hi, qk_scale, D, BLOCK_N)
+                                  stride_ksn, stride_vsn, lo, hi, qk_scale, D, BLOCK_N, KS, 0, 0, 1, False)
     o, lse2 = _finish(acc, l_i, m_i)
     part = tile.to(tl.int64) * G + g
     tl.store(OS + part[:, None] * D + offs_d[None, :], o, mask=g_ok[:, None])
@@ -269,7 +290,7 @@ def _hydragen_kernel(
                               HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows", "n_out_rows", "N_PSPLITS", "N_SSPLITS"])
 def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, n_out_rows, stride_ob, stride_oh,
                   HKV, N_PSPLITS, N_SSPLITS,
                   G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, WRITE_LSE: tl.constexpr):
@@ -280,3 +301,107 @@ def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, n_out_rows, stride_ob, s
     h = r % hq
     _merge_rows(b, h % G, h // G, r < n_out_rows, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
                 HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
+
+
+@triton.jit
+def _attend_pages(q, k_head, v_head, page_row, lo, hi, qk_scale, stride_kpage, stride_kn, stride_vpage, stride_vn,
+                  M: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows ``q [M, D]`` against key rows ``[lo, hi)`` of one head of a paged cache (pages from the
+    block-table row ``page_row``): the normalised partial output ``[M, D]`` and its log2-sum-exp."""
+    acc = tl.zeros([M, D], dtype=tl.float32)
+    l_i = tl.zeros([M], dtype=tl.float32)
+    m_i = tl.full([M], float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = _attend_range(acc, l_i, m_i, q, k_head, v_head, stride_kn, stride_vn, lo, hi, qk_scale, D,
+                                  BLOCK_N, page_row, stride_kpage, stride_vpage, BS, True)
+    return _finish(acc, l_i, m_i)
+
+
+@triton.jit
+def _paged_prefix_item(pid, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, n_items, qk_scale,
+                       stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn, stride_vh,
+                       stride_bt, NSP,
+                       G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """Prefix item ``(hkv, item)``: the item's rows ``(member, g)`` of one group against the group's
+    shared keys ``[key_lo, key_hi)`` read through the leader's block-table row; writes
+    ``OP/LP[hkv, split, t*G + g]``."""
+    item = pid % n_items
+    hkv = pid // n_items
+    base = ITEMS + item * 8
+    order_start = tl.load(base)
+    flat_start = tl.load(base + 1)
+    flat_rows = tl.load(base + 2)
+    lo = tl.load(base + 3)
+    hi = tl.load(base + 4)
+    leader = tl.load(base + 5).to(tl.int64)
+    split = tl.load(base + 6)
+    offs_d = tl.arange(0, D)
+    r = flat_start + tl.arange(0, BLOCK_M)
+    ok = r < flat_rows
+    g = r % G
+    t = tl.load(ORDER + order_start + r // G, mask=ok, other=0).to(tl.int64)
+    q = tl.load(Q + t[:, None] * stride_qt + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
+                mask=ok[:, None], other=0.0)
+    o, lse2 = _attend_pages(q, KC + hkv * stride_kh, VC + hkv * stride_vh, BT + leader * stride_bt, lo, hi,
+                            qk_scale, stride_kpage, stride_kn, stride_vpage, stride_vn, BLOCK_M, D, BS, BLOCK_N)
+    part = (hkv * NSP + split).to(tl.int64) * n_rows + t * G + g
+    tl.store(OP + part[:, None] * D + offs_d[None, :], o, mask=ok[:, None])
+    tl.store(LP + part, lse2, mask=ok)
+
+
+@triton.jit
+def _paged_suffix_tile(tile, Q, KC, VC, BT, SEQ_LENS, SHARED_LEN, OS, LS, qk_scale,
+                       stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn, stride_vh,
+                       stride_bt, HKV, NSS,
+                       G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_G: tl.constexpr,
+                       BLOCK_NS: tl.constexpr):
+    """Suffix tile ``(t, hkv, split)``: request t's G heads against its own keys
+    ``[SHARED_LEN[t], SEQ_LENS[t])`` (chunk ``split`` of NSS) through its block-table row; writes
+    ``OS/LS[t, hkv, split, g]``."""
+    split = tile % NSS
+    th = tile // NSS
+    hkv = th % HKV
+    t = (th // HKV).to(tl.int64)
+    offs_d = tl.arange(0, D)
+    g = tl.arange(0, BLOCK_G)
+    g_ok = g < G
+    q = tl.load(Q + t * stride_qt + (hkv * G + g)[:, None] * stride_qh + offs_d[None, :],
+                mask=g_ok[:, None], other=0.0)
+    start = tl.load(SHARED_LEN + t)
+    end = tl.load(SEQ_LENS + t)
+    chunk = tl.cdiv(tl.cdiv(tl.maximum(end - start, 0), NSS), BLOCK_NS) * BLOCK_NS
+    lo = start + split * chunk
+    hi = tl.minimum(lo + chunk, end)
+    o, lse2 = _attend_pages(q, KC + hkv * stride_kh, VC + hkv * stride_vh, BT + t * stride_bt, lo, hi,
+                            qk_scale, stride_kpage, stride_kn, stride_vpage, stride_vn, BLOCK_G, D, BS, BLOCK_NS)
+    part = tile.to(tl.int64) * G + g
+    tl.store(OS + part[:, None] * D + offs_d[None, :], o, mask=g_ok[:, None])
+    tl.store(LS + part, lse2, mask=g_ok)
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_items", "n_prefix_programs", "NSP", "NSS"])
+def _paged_decode_kernel(
+    Q, KC, VC, BT, SEQ_LENS, ITEMS, ORDER, SHARED_LEN, OP, LP, OS, LS,
+    n_rows, n_items, n_prefix_programs, qk_scale,
+    stride_qt, stride_qh,
+    stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn, stride_vh, stride_bt,
+    HKV, NSP, NSS,
+    G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_NS: tl.constexpr,
+):
+    """Shared-prefix decode over a paged KV cache (vLLM's layout), many groups in one grid.
+
+    The sizes that change from one decode step to the next are not specialised on (one compiled
+    kernel serves every step). Programs ``[0, n_prefix_programs)`` are prefix items (``_paged_prefix_item``; ``ITEMS`` rows are
+    ``prefix_groups.ITEM_FIELDS``), the rest suffix tiles (``_paged_suffix_tile``). ``_merge_kernel``
+    then merges the partials of each row.
+    """
+    pid = tl.program_id(0)
+    if pid < n_prefix_programs:
+        _paged_prefix_item(pid, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, n_items, qk_scale,
+                           stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn,
+                           stride_vh, stride_bt, NSP, G, D, BS, BLOCK_M, BLOCK_N)
+    else:
+        _paged_suffix_tile(pid - n_prefix_programs, Q, KC, VC, BT, SEQ_LENS, SHARED_LEN, OS, LS, qk_scale,
+                           stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn,
+                           stride_vh, stride_bt, HKV, NSS, G, D, BS, BLOCK_G, BLOCK_NS)

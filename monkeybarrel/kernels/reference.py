@@ -24,6 +24,8 @@ __all__ = [
     "merge_attention_states",
     "shared_prefix_attention_reference",
     "replicated_attention_reference",
+    "paged_attention_reference",
+    "paged_plan_reference",
 ]
 
 
@@ -172,3 +174,77 @@ def replicated_attention_reference(
 def roofline_bytes(B: int, P: int, S: int, Hkv: int, D: int, elem_bytes: int = 2) -> int:
     """Fewest HBM bytes one shared-prefix decode step must read: prefix K,V once + every suffix K,V."""
     return 2 * (P + B * S) * Hkv * D * elem_bytes
+
+
+def _gather_paged(cache: torch.Tensor, block_table_row: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Token rows ``[lo, hi)`` of one request from a paged cache ``[num_blocks, block_size, Hkv, D]``:
+    ``[Hkv, hi - lo, D]``."""
+    bs = cache.shape[1]
+    pos = torch.arange(lo, hi, device=cache.device)
+    pages = block_table_row.to(cache.device).long()[pos // bs]
+    return cache[pages, pos % bs].transpose(0, 1)
+
+
+def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                              block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float | None = None,
+                              ) -> torch.Tensor:
+    """Decode attention over a paged KV cache, one softmax per request (what vLLM's decode computes).
+
+    Args:
+        q: ``[T, Hq, D]`` the newest token of each request.
+        k_cache, v_cache: ``[num_blocks, block_size, Hkv, D]`` (vLLM's NHD layout).
+        block_table: ``[T, W]`` physical block ids; ``seq_lens``: ``[T]`` tokens in each request's KV.
+        scale: default ``D ** -0.5``.
+
+    Returns:
+        ``[T, Hq, D]`` in ``q.dtype`` (float32 math, float64 for float64 q); a request with ``seq_len = 0`` gets zeros.
+    """
+    T, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    scale = D ** -0.5 if scale is None else scale
+    out = torch.zeros(T, Hq, D, dtype=_acc_dtype(q.dtype), device=q.device)
+    for t in range(T):
+        n = int(seq_lens[t])
+        if n == 0:
+            continue
+        k = _gather_paged(k_cache, block_table[t], 0, n)
+        v = _gather_paged(v_cache, block_table[t], 0, n)
+        o, _ = attention_with_lse(q[t].view(Hkv, Hq // Hkv, D), k, v, scale)
+        out[t] = o.reshape(Hq, D)
+    return out.to(q.dtype)
+
+
+def paged_plan_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                         seq_lens: torch.Tensor, plan, scale: float | None = None) -> torch.Tensor:
+    """The paged kernel's decomposition in plain PyTorch, driven by a ``PagedDecodePlan``.
+
+    Each group's members attend to the shared keys ``[0, shared_len)`` read through the group
+    leader's block-table row; every request attends to its own keys ``[shared_len, seq_len)``; the two
+    partials merge by log-sum-exp. Equal to :func:`paged_attention_reference` exactly when the plan's
+    groups really share those blocks, which is what the tests check.
+    """
+    T, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    G = Hq // Hkv
+    scale = D ** -0.5 if scale is None else scale
+    groups = plan.groups
+    acc = _acc_dtype(q.dtype)
+    o_p = torch.zeros(T, Hkv, G, D, dtype=acc, device=q.device)
+    l_p = torch.full((T, Hkv, G), float("-inf"), dtype=acc, device=q.device)
+    for g in range(groups.n_groups):
+        members = torch.as_tensor(groups.members(g), device=q.device).long()
+        n = int(groups.shared_blocks[g]) * k_cache.shape[1]
+        k = _gather_paged(k_cache, block_table[members[0]], 0, n)
+        v = _gather_paged(v_cache, block_table[members[0]], 0, n)
+        rows = q[members].view(-1, Hkv, G, D).permute(1, 0, 2, 3).reshape(Hkv, -1, D)
+        o, l = attention_with_lse(rows, k, v, scale)
+        o_p[members] = o.view(Hkv, -1, G, D).permute(1, 0, 2, 3)
+        l_p[members] = l.view(Hkv, -1, G).permute(1, 0, 2)
+    out = torch.zeros(T, Hq, D, dtype=acc, device=q.device)
+    for t in range(T):
+        lo, hi = int(plan.shared_len[t]), int(seq_lens[t])
+        k = _gather_paged(k_cache, block_table[t], lo, max(lo, hi))
+        v = _gather_paged(v_cache, block_table[t], lo, max(lo, hi))
+        o_s, l_s = attention_with_lse(q[t].view(Hkv, G, D), k, v, scale)
+        out[t] = merge_attention_states(o_p[t], l_p[t], o_s, l_s)[0].reshape(Hq, D)
+    return out.to(q.dtype)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import ast
 import doctest
 import re
-from typing import Any, Mapping
+import warnings
+from typing import Any, Mapping, Sequence
 
-from ..sandbox.base import Sandbox, build_sandbox
+from ..sandbox.base import ExecutionResult, Outcome, Sandbox, build_sandbox
 
 DEFAULT_CODE_SANDBOX = {"type": "local", "warm_python": "auto"}
 """The sandbox code tasks and verifiers use when the config names none (warm forks where bwrap works)."""
@@ -21,6 +22,17 @@ DEFAULT_CODE_SANDBOX = {"type": "local", "warm_python": "auto"}
 def code_sandbox(spec: "Sandbox | Mapping[str, Any] | str | None", **defaults: Any) -> "Sandbox":
     """``build_sandbox(spec)``, with ``DEFAULT_CODE_SANDBOX`` when ``spec`` is None."""
     return build_sandbox(DEFAULT_CODE_SANDBOX if spec is None else spec, **defaults)
+
+
+def check_sandbox_failures(results: Sequence[ExecutionResult], who: str) -> None:
+    """One candidate never fails a batch: runs the sandbox could not complete (SANDBOX_ERROR) get a
+    warning and count as failed by the caller; only a sandbox that failed on every run raises."""
+    broken = [r.error for r in results if r.outcome is Outcome.SANDBOX_ERROR]
+    if broken and len(broken) == len(results):
+        raise RuntimeError(f"{who}: the sandbox failed on all {len(results)} runs: {broken[0]}")
+    if broken:
+        warnings.warn(f"{who}: the sandbox failed on {len(broken)} of {len(results)} runs (counted as failed): "
+                      f"{broken[0]}", RuntimeWarning, stacklevel=3)
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:\n```|```|\Z)", re.S)
 _PYTHON_TAGS = {"", "python", "py", "python3", "Python"}

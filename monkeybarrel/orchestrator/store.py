@@ -41,8 +41,9 @@ _TMP_PREFIX = ".tmp-"
 STORE_FILES = ("config.yaml", "manifest.json", "metrics.json", "report.md", "report.html", "export.csv",
                "export.jsonl", ".lock")
 """Top-level files a store writes (besides ``*.parquet`` tables and ``*.png`` plots)."""
-STORE_FOLDERS = ("candidates", "scores", "damaged")
-"""Folders of chunks a store writes."""
+STORE_FOLDERS = {"candidates": (".parquet",), "scores": (".parquet",), "damaged": (".parquet",),
+                 "artifacts": (".json",)}
+"""Folders a store writes, with the suffixes of the files it writes there."""
 
 
 class StoreError(RuntimeError):
@@ -168,7 +169,7 @@ class ExperimentStore:
                                     or child.name.startswith(_TMP_PREFIX)):
                 child.unlink()
             elif child.is_dir() and child.name in STORE_FOLDERS:
-                kept += _discard_folder(child)
+                kept += _discard_folder(child, STORE_FOLDERS[child.name])
             else:
                 kept.append(child)
         return kept
@@ -287,12 +288,12 @@ def newest_per_key(table: pa.Table) -> pa.Table:
     return table.take(np.sort(newest.column("__row_max").to_numpy()))
 
 
-def _discard_folder(folder: Path) -> list[Path]:
-    """Remove the store's chunks (and temporaries) under ``folder``, then the empty folders."""
+def _discard_folder(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """Remove the store's files (``suffixes``, and temporaries) under ``folder``, then the empty folders."""
     kept = []
     for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         if path.is_file():
-            if path.suffix == ".parquet" or path.name.startswith(_TMP_PREFIX):
+            if path.suffix in suffixes or path.name.startswith(_TMP_PREFIX):
                 path.unlink()
             else:
                 kept.append(path)

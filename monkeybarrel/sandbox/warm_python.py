@@ -26,12 +26,14 @@ import os
 import select
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from .base import Limits
 from .cgroups import RunGroup, host_pid_of
+from .layers import above_status_fd
 
 ZYGOTE_SOURCE = Path(__file__).with_name("_zygote.py").read_text()
 _FLAGS = {"-I", "-S", "-E", "-s", "-B", "-u"}
@@ -69,18 +71,20 @@ class WarmSlot:
     def start(self) -> None:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
+        request_r, reply_w = above_status_fd(request_r), above_status_fd(reply_w)  # fd 9 is the gate's
         argv = [*self.prefix, self.interpreter, "-I", "-S", "-c",
                 ZYGOTE_SOURCE.replace("CONTROL_IN, CONTROL_OUT = 3, 4",
                                       f"CONTROL_IN, CONTROL_OUT = {request_r}, {reply_w}")]
+        self.log = tempfile.TemporaryFile()  # the wrapper's and server's own messages, for ``last_words``
         try:
             self.process = subprocess.Popen(
                 argv, cwd="/", env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
                 pass_fds=(request_r, reply_w), start_new_session=True)
         finally:
             os.close(request_r)
             os.close(reply_w)
-        self.requests, self.replies, self.pending, self.runs = request_w, reply_r, b"", 0
+        self.requests, self.replies, self.pending, self.runs, self.failure = request_w, reply_r, b"", 0, None
 
     def run(self, files: Mapping[str, str | bytes], argv: list[str], isolated: bool, stdin: bytes,
             env: Mapping[str, str], limits: Limits, group: RunGroup | None = None) -> dict | str:
@@ -108,9 +112,11 @@ class WarmSlot:
             host_pid = host_pid_of(forked["forked"], self.server_group.pids())
             try:
                 if host_pid is None:
-                    raise OSError(f"the run's fork (namespace pid {forked['forked']}) is not in the server's cgroup")
+                    raise OSError(f"the run's fork (namespace pid {forked['forked']}) is not among the server "
+                                  f"cgroup's processes {self.server_group.pids()}")
                 group.join(host_pid)
-            except OSError:
+            except OSError as exc:
+                self.failure = f"could not move the run into its cgroup: {exc}"
                 self._send(b"abort\n")
                 self._receive(deadline)
                 self.stop()
@@ -145,6 +151,17 @@ class WarmSlot:
         line, self.pending = self.pending.split(b"\n", 1)
         return json.loads(line)
 
+    def last_words(self) -> str:
+        """Why the server ended: a host-side failure, or the end of what the slot's wrapper and server
+        wrote to stderr."""
+        if getattr(self, "failure", None):
+            return self.failure
+        log = getattr(self, "log", None)
+        if log is None or log.closed:
+            return ""
+        log.seek(max(0, log.seek(0, os.SEEK_END) - 500))
+        return log.read().decode(errors="replace").strip()
+
     def stop(self) -> None:
         """End the slot's sandbox (closing its pipe ends the server; the namespace dies with it)."""
         if self.process is None:
@@ -165,3 +182,5 @@ class WarmSlot:
 
     def close(self) -> None:
         self.stop()
+        if getattr(self, "log", None) is not None:
+            self.log.close()

@@ -13,13 +13,13 @@ not stored.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.records import Problem
-from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..kits.code_programs import assemble_program, code_sandbox, extract_code, normalize_code, test_program
+from ..sandbox.base import Job, Limits, Sandbox
+from ..kits.code_programs import (assemble_program, check_sandbox_failures, code_sandbox, extract_code, normalize_code,
+                                  test_program)
 from .base import TASKS, Task, take
 from ..core.files import read_records
 
@@ -103,12 +103,7 @@ class HumanEvalTask(Task):
                 rows.append(row)
         correct = [False] * len(texts)
         results = self.sandbox().run_many(jobs)
-        broken = [r.error for r in results if r.outcome is Outcome.SANDBOX_ERROR]
-        if broken and len(broken) == len(jobs):
-            raise RuntimeError(f"humaneval: the sandbox failed on all {len(jobs)} runs: {broken[0]}")
-        if broken:
-            warnings.warn(f"humaneval: the sandbox failed on {len(broken)} of {len(jobs)} runs (labelled incorrect): "
-                          f"{broken[0]}", RuntimeWarning, stacklevel=2)
+        check_sandbox_failures(results, "humaneval")
         for row, result in zip(rows, results):
             correct[row] = result.ok
         return correct

@@ -15,7 +15,6 @@ and ``metadata["entry_point"]``. The hidden tests are never seen (``uses_referen
 from __future__ import annotations
 
 import hashlib
-import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -23,7 +22,7 @@ import numpy as np
 from ..core.models import load_pretrained
 from ..core.records import Candidate, Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..kits.code_programs import assemble_program, assert_lines, docstring_tests, extract_code
+from ..kits.code_programs import assemble_program, assert_lines, check_sandbox_failures, docstring_tests, extract_code
 from .base import VERIFIERS
 from .unit_tests import SandboxedVerifier
 
@@ -119,12 +118,7 @@ class GeneratedTestsVerifier(SandboxedVerifier):
                     todo[key] = Job({"main.py": f"{program.rstrip()}\n\n\n{test}\n"}, [self.python, "-I", "main.py"],
                                     limits=self.limits)
         results = self.sandbox().run_many(list(todo.values()))
-        broken = [result.error for result in results if result.outcome is Outcome.SANDBOX_ERROR]
-        if broken and len(broken) == len(results):
-            raise RuntimeError(f"sandbox failed on all {len(results)} runs: {broken[0]}")
-        if broken:
-            warnings.warn(f"generated_tests: the sandbox failed on {len(broken)} of {len(results)} runs (counted as "
-                          f"failed): {broken[0]}", RuntimeWarning, stacklevel=2)
+        check_sandbox_failures(results, "generated_tests")
         for key, result in zip(todo, results):
             if result.outcome is not Outcome.SANDBOX_ERROR:
                 self._results[key] = result.ok

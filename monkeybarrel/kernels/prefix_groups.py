@@ -1,0 +1,255 @@
+"""Which decode requests share KV blocks, and the work list of one shared-prefix decode step (numpy, CPU).
+
+With prefix caching, the n samples of one prompt point at the same physical KV blocks for the
+prompt's full blocks (vLLM hashes each full block together with its parent, so two requests that hold
+the same block ``j`` hold the same blocks ``0..j``). :func:`find_shared_groups` groups a batch's
+requests by the deepest run of leading blocks that at least two of them share;
+:func:`plan_paged_decode` turns the groups into the work list the paged kernel
+(:mod:`monkeybarrel.kernels.paged_launch`) runs:
+
+- *prefix items* ``(group, key split, m tile)``: the ``members x G`` query rows of a group (``G`` the
+  GQA group size) against a chunk of the group's shared blocks, read once for all members through
+  the group leader's block table row;
+- *suffix tiles* ``(request, kv head, split)``: each request's own keys ``[shared_len, seq_len)``
+  through its own block table row (requests in no group have ``shared_len = 0``);
+- the exact log-sum-exp merge of every partial of a row.
+
+Everything here is plain numpy on the CPU copy of the block table (one call per decode step, shared
+by all layers), so it is unit-tested without a GPU or vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["SharedGroups", "PagedDecodePlan", "PlanCache", "find_shared_groups", "plan_paged_decode",
+           "suffix_splits", "ITEM_FIELDS"]
+
+ITEM_FIELDS = ("order_start", "flat_start", "flat_rows", "key_lo", "key_hi", "leader", "split", "pad")
+"""Columns of :attr:`PagedDecodePlan.items` (int32): where the group's members start in ``order``,
+the tile's first flat row ``member*G + g`` within the group, the group's flat rows, the key range
+``[key_lo, key_hi)`` (token positions), the block-table row the prefix is read through, the split
+index (partial slot), padding."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedGroups:
+    """Requests grouped by shared leading KV blocks.
+
+    order: ``[T]`` int32 request indices, the members of each group contiguous (groups first, in
+        ``starts`` order, then every request in no group).
+    starts: ``[n_groups + 1]`` offsets into ``order`` of each group's members.
+    shared_blocks: ``[n_groups]`` leading blocks every member of the group holds.
+    shared_len: ``[T]`` int32 shared prefix tokens per request (0 outside groups).
+    """
+
+    order: np.ndarray
+    starts: np.ndarray
+    shared_blocks: np.ndarray
+    shared_len: np.ndarray
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.shared_blocks)
+
+    def members(self, group: int) -> np.ndarray:
+        return self.order[self.starts[group]:self.starts[group + 1]]
+
+    def saved_tokens(self, block_size: int) -> int:
+        """KV tokens per layer and head that are read once instead of once per member."""
+        sizes = np.diff(self.starts)
+        return int(((sizes - 1) * self.shared_blocks).sum()) * block_size
+
+
+def _common_blocks(rows: np.ndarray) -> int:
+    """Leading columns on which every row of ``rows [k, w]`` agrees."""
+    same = (rows == rows[:1]).all(axis=0)
+    return int(same.argmin()) if not same.all() else rows.shape[1]
+
+
+def find_shared_groups(block_table: np.ndarray, seq_lens: np.ndarray, block_size: int) -> SharedGroups:
+    """Group the requests of one decode step by the KV blocks they share.
+
+    Args:
+        block_table: ``[T, W]`` int physical block ids per request (row ``t`` = request ``t``).
+        seq_lens: ``[T]`` int tokens in each request's KV, the current token included.
+        block_size: tokens per block.
+
+    Only full blocks before the block of the current token can be shared
+    (``usable = (seq_len - 1) // block_size``); padded rows (``seq_len = 0``) share nothing. A set of
+    requests that agree on their first ``d`` blocks is split by block ``c`` (the first column where
+    they disagree); each sub-set of two or more is refined the same way, and the requests left at
+    depth ``c`` (no partner deeper) form one group sharing ``c`` blocks if there are two of them or
+    more. So every request lands in the deepest group it has a partner in (one level: a request that
+    shares only a system prompt with other groups is not merged into them).
+    """
+    T = len(seq_lens)
+    usable = np.maximum((np.asarray(seq_lens, dtype=np.int64) - 1) // block_size, 0)
+    usable = np.minimum(usable, block_table.shape[1])
+    groups: list[tuple[np.ndarray, int]] = []
+    candidates = np.flatnonzero(usable > 0)
+    stack: list[np.ndarray] = []
+    if len(candidates) > 1:  # first split: by the first block
+        stack.extend(_split_by_column(block_table, candidates, 0))
+    while stack:
+        rows = stack.pop()
+        limit = int(usable[rows].min())
+        depth = _common_blocks(block_table[rows, :limit]) if limit else 0
+        if depth == 0:
+            continue
+        deeper = rows[usable[rows] > depth]
+        parts = _split_by_column(block_table, deeper, depth) if len(deeper) > 1 else []
+        in_parts = np.concatenate(parts) if parts else np.empty(0, dtype=rows.dtype)
+        stack.extend(parts)
+        rest = np.setdiff1d(rows, in_parts, assume_unique=True)
+        if len(rest) > 1:
+            groups.append((np.sort(rest), depth))
+    groups.sort(key=lambda g: int(g[0][0]))
+    grouped = np.concatenate([g for g, _ in groups]) if groups else np.empty(0, dtype=np.int64)
+    single = np.setdiff1d(np.arange(T), grouped, assume_unique=True)
+    order = np.concatenate([grouped, single]).astype(np.int32)
+    sizes = np.array([len(g) for g, _ in groups], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    shared_blocks = np.array([d for _, d in groups], dtype=np.int32)
+    shared_len = np.zeros(T, dtype=np.int32)
+    if groups:
+        shared_len[grouped] = np.repeat(shared_blocks, sizes) * block_size
+    return SharedGroups(order, starts, shared_blocks, shared_len)
+
+
+def _split_by_column(block_table: np.ndarray, rows: np.ndarray, column: int) -> list[np.ndarray]:
+    """The sub-sets of ``rows`` (two or more rows each) that hold the same block in ``column``."""
+    keys = block_table[rows, column]
+    idx = np.argsort(keys, kind="stable")
+    keys, rows = keys[idx], rows[idx]
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    return [part for part in np.split(rows, cuts) if len(part) > 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class PagedDecodePlan:
+    """The work list of one decode step (all int32 numpy; the launcher copies them to the GPU).
+
+    items: ``[n_items, 8]`` prefix items, columns :data:`ITEM_FIELDS`, ordered (group, split, m tile)
+        so that the tiles reading one prefix chunk run side by side.
+    order: ``[T]`` request indices, group members contiguous (:attr:`SharedGroups.order`).
+    shared_len: ``[T]`` shared prefix tokens per request (its suffix starts there).
+    prefix_splits: partial slots per row for prefix chunks (``NSP``, max over groups).
+    suffix_splits: partial slots per row for suffix chunks (``NSS``).
+    saved_fraction: share of the step's KV reads (per layer and head) the grouping saves.
+    """
+
+    items: np.ndarray
+    order: np.ndarray
+    shared_len: np.ndarray
+    prefix_splits: int
+    suffix_splits: int
+    saved_fraction: float
+    groups: SharedGroups
+
+    @property
+    def n_items(self) -> int:
+        return len(self.items)
+
+
+def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size: int, group_size: int,
+                      num_kv_heads: int, *, block_m: int = 128, min_chunk: int = 512, num_sms: int = 132,
+                      ) -> PagedDecodePlan:
+    """Group the requests and cut the work into prefix items and suffix splits.
+
+    Args:
+        block_table, seq_lens, block_size: as :func:`find_shared_groups`.
+        group_size: ``G = Hq / Hkv`` query heads per KV head.
+        num_kv_heads: ``Hkv`` (every item runs once per KV head).
+        block_m: query rows ``(member, head in group)`` per prefix tile.
+        min_chunk: fewest keys per prefix split.
+        num_sms: streaming multiprocessors to fill.
+
+    Prefix splits: until the prefix programs (items x Hkv) about fill the machine, each group's
+    shared keys are cut into equal chunks of at least ``min_chunk`` keys. Suffix splits: only when
+    ``T x Hkv`` suffix programs would leave the machine idle.
+    """
+    seq_lens = np.asarray(seq_lens, dtype=np.int64)
+    G = int(group_size)
+    groups = find_shared_groups(block_table, seq_lens, block_size)
+    sizes = np.diff(groups.starts).astype(np.int64)
+    shared = groups.shared_blocks.astype(np.int64) * block_size
+    m_tiles = -(-sizes * G // block_m)
+    base = int(m_tiles.sum()) * num_kv_heads
+    want = max(1, -(-num_sms // max(base, 1)))
+    splits = np.minimum(want, np.maximum(shared // min_chunk, 1)) if len(shared) else np.zeros(0, np.int64)
+    chunk = -(-shared // np.maximum(splits, 1))
+    per_group = m_tiles * splits
+    n_items = int(per_group.sum())
+    items = np.zeros((n_items, len(ITEM_FIELDS)), dtype=np.int32)
+    if n_items:
+        grp = np.repeat(np.arange(len(sizes)), per_group)
+        local = np.arange(n_items) - np.repeat(np.cumsum(per_group) - per_group, per_group)
+        split, tile = local // m_tiles[grp], local % m_tiles[grp]
+        lo = split * chunk[grp]
+        items[:, 0] = groups.starts[:-1][grp]
+        items[:, 1] = tile * block_m
+        items[:, 2] = sizes[grp] * G
+        items[:, 3] = lo
+        items[:, 4] = np.minimum(lo + chunk[grp], shared[grp])
+        items[:, 5] = groups.order[groups.starts[:-1][grp]]
+        items[:, 6] = split
+    nss = suffix_splits(seq_lens, groups.shared_len, num_kv_heads, num_sms)
+    total = int(seq_lens.sum())
+    return PagedDecodePlan(items=items, order=groups.order, shared_len=groups.shared_len,
+                           prefix_splits=int(splits.max()) if len(splits) else 1, suffix_splits=nss,
+                           saved_fraction=groups.saved_tokens(block_size) / total if total else 0.0, groups=groups)
+
+
+def suffix_splits(seq_lens: np.ndarray, shared_len: np.ndarray, num_kv_heads: int, num_sms: int) -> int:
+    """Chunks each request's own keys are cut into: more than one only when ``T x Hkv`` suffix tiles
+    would leave SMs idle and the longest suffix has at least 512 keys."""
+    T = len(seq_lens)
+    longest = int((np.asarray(seq_lens, dtype=np.int64) - shared_len).max()) if T else 0
+    nss = 1
+    while T * num_kv_heads * nss * 2 <= 2 * num_sms and longest // (nss * 2) >= 256:
+        nss *= 2
+    return nss
+
+
+class PlanCache:
+    """Plans the decode steps of one engine, reusing the last plan while it still holds.
+
+    The grouping of a batch changes only when requests join, leave or move rows: a step with the same
+    number of requests whose first ``max(shared blocks, 1)`` block-table columns equal the last
+    plan's (and, when the last plan was used, the same suffix split) gets the last decision back, so a
+    steady decode costs one array compare instead of a grouping.
+
+    Args:
+        block_size, group_size, num_kv_heads, num_sms: as :func:`plan_paged_decode`.
+        min_saved: smallest :attr:`PagedDecodePlan.saved_fraction` worth the shared-prefix kernel;
+            below it :meth:`plan` returns None (leave the step to the engine's own attention).
+    """
+
+    def __init__(self, block_size: int, group_size: int, num_kv_heads: int, *, num_sms: int = 132,
+                 min_saved: float = 0.2) -> None:
+        self.block_size, self.group_size, self.num_kv_heads = block_size, group_size, num_kv_heads
+        self.num_sms, self.min_saved = num_sms, min_saved
+        self._last: tuple[PagedDecodePlan, bool, np.ndarray] | None = None
+
+    def plan(self, block_table: np.ndarray, seq_lens: np.ndarray) -> tuple[PagedDecodePlan | None, bool]:
+        """``(plan or None, reused)`` for a step's ``block_table [T, W]`` and ``seq_lens [T]``."""
+        if self._reusable(block_table, seq_lens):
+            plan, use, _ = self._last
+            return (plan if use else None), True
+        plan = plan_paged_decode(block_table, seq_lens, self.block_size, self.group_size, self.num_kv_heads,
+                                 num_sms=self.num_sms)
+        use = plan.saved_fraction >= self.min_saved
+        depth = max(int(plan.groups.shared_blocks.max()) if plan.groups.n_groups else 0, 1)
+        self._last = (plan, use, block_table[:, :depth].copy())
+        return (plan if use else None), False
+
+    def _reusable(self, block_table: np.ndarray, seq_lens: np.ndarray) -> bool:
+        if self._last is None:
+            return False
+        plan, use, columns = self._last
+        if len(plan.order) != len(seq_lens) or not np.array_equal(block_table[:, :columns.shape[1]], columns):
+            return False
+        return not use or suffix_splits(seq_lens, plan.shared_len, self.num_kv_heads, self.num_sms) == plan.suffix_splits

@@ -1,0 +1,220 @@
+"""Paged, many-group shared-prefix decode: grouping and planning on CPU, the kernel on GPU / Triton's interpreter.
+
+The layouts imitate vLLM with prefix caching: physical blocks drawn at random from a pool; the n
+samples of one prompt hold the same blocks for the prompt's full blocks and their own blocks after;
+optionally a system prompt's blocks shared by several prompts; padded rows (seq_len 0, block 0).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from monkeybarrel.kernels.prefix_groups import find_shared_groups, plan_paged_decode
+from monkeybarrel.kernels.reference import paged_attention_reference, paged_plan_reference
+from triton_interpreter import run_in_interpreter
+
+
+def paged_layout(prompts, block_size=16, system_blocks=0, padded=0, seed=0, width=None):
+    """Block table and seq_lens of a decode batch.
+
+    prompts: list of (prompt_len, [suffix lengths of its samples]); samples of a prompt share its full
+    blocks, the first ``system_blocks`` blocks are shared by every prompt. Returns
+    ``(block_table [T, W] int32, seq_lens [T] int32, num_blocks)``; block 0 is the null block.
+    """
+    rng = np.random.default_rng(seed)
+    rows, lens = [], []
+    next_id = iter(rng.permutation(np.arange(1, 100_000)))
+    system = [int(next(next_id)) for _ in range(system_blocks)]
+    for prompt_len, suffixes in prompts:
+        full = prompt_len // block_size
+        own_prompt = [int(next(next_id)) for _ in range(full - system_blocks)]
+        for s in suffixes:
+            total = prompt_len + s
+            n_blocks = -(-total // block_size)
+            rows.append(system + own_prompt + [int(next(next_id)) for _ in range(n_blocks - full)])
+            lens.append(total)
+    order = rng.permutation(len(rows))  # vLLM's batch order is not grouped
+    rows, lens = [rows[i] for i in order], [lens[i] for i in order]
+    rows += [[0]] * padded
+    lens += [0] * padded
+    W = width or max(len(r) for r in rows)
+    table = np.zeros((len(rows), W), dtype=np.int32)
+    for i, r in enumerate(rows):
+        table[i, :len(r)] = r
+    used = np.unique(table)
+    remap = np.zeros(used.max() + 1, dtype=np.int32)
+    remap[used] = np.arange(len(used))  # compact ids (keeps 0 -> 0) so the cache stays small
+    return remap[table], np.array(lens, dtype=np.int32), len(used)
+
+
+def test_groups_follow_shared_blocks():
+    table, lens, _ = paged_layout([(100, [5, 9, 1]), (64, [3, 3]), (40, [7])], block_size=16, padded=2)
+    groups = find_shared_groups(table, lens, 16)
+    assert groups.n_groups == 2
+    found = sorted((sorted(lens[groups.members(g)].tolist()), int(groups.shared_blocks[g]))
+                   for g in range(groups.n_groups))
+    # prompt 100: 6 full blocks shared by its 3 samples; prompt 64: 4 full blocks, but a sample at
+    # seq_len 67 writes its current token into block 4, so all 4 are shareable
+    assert found == [([67, 67], 4), ([101, 105, 109], 6)]
+    assert sorted(groups.order.tolist()) == list(range(len(lens)))  # a permutation
+    alone = np.setdiff1d(np.arange(len(lens)), np.concatenate([groups.members(g) for g in range(2)]))
+    assert (groups.shared_len[alone] == 0).all()  # the single sample and the padded rows
+
+
+def test_groups_take_the_deepest_level_and_ignore_partial_blocks():
+    # two prompts share a 2-block system prompt; each prompt has 3 samples
+    table, lens, _ = paged_layout([(80, [4, 4, 4]), (96, [1, 2, 3])], block_size=16, system_blocks=2)
+    groups = find_shared_groups(table, lens, 16)
+    assert sorted(int(b) for b in groups.shared_blocks) == [5, 6]
+    # a prompt whose length is a multiple of the block size: the current token starts a new block
+    table, lens, _ = paged_layout([(32, [1, 1])], block_size=16)
+    assert find_shared_groups(table, lens, 16).shared_blocks.tolist() == [2]
+    # nothing shared: no groups, plan saves nothing
+    table, lens, _ = paged_layout([(50, [3]), (70, [2]), (33, [9])])
+    plan = plan_paged_decode(table, lens, 16, 4, 8)
+    assert plan.groups.n_groups == 0 and plan.n_items == 0 and plan.saved_fraction == 0.0
+
+
+def test_plan_items_cover_each_groups_keys_and_rows_once():
+    table, lens, _ = paged_layout([(2048, [30] * 40), (700, [1] * 3), (5000, [100] * 2)], seed=3)
+    G, Hkv = 4, 8
+    plan = plan_paged_decode(table, lens, 16, G, Hkv, block_m=128, num_sms=132)
+    groups = plan.groups
+    for g in range(groups.n_groups):
+        start = groups.starts[g]
+        mine = plan.items[plan.items[:, 0] == start]
+        n_rows = len(groups.members(g)) * G
+        keys = int(groups.shared_blocks[g]) * 16
+        cover = np.zeros((n_rows, keys), dtype=np.int32)
+        for order_start, flat, flat_rows, lo, hi, leader, split, _ in mine:
+            assert flat_rows == n_rows and leader == groups.order[start] and split < plan.prefix_splits
+            cover[flat:min(flat + 128, n_rows), lo:hi] += 1
+        assert (cover == 1).all()
+    assert plan.saved_fraction > 0.8  # 40 samples of a 2048-token prompt dominate
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_plan_decomposition_equals_paged_attention(dtype):
+    table, lens, n_blocks = paged_layout([(70, [5, 9, 1]), (64, [3, 16]), (40, [7]), (33, [0, 2])],
+                                         block_size=16, system_blocks=1, padded=1, seed=1)
+    T, Hq, Hkv, D = len(lens), 8, 2, 32
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(T, Hq, D, generator=g, dtype=dtype)
+    k = torch.randn(n_blocks, 16, Hkv, D, generator=g, dtype=dtype)
+    v = torch.randn(n_blocks, 16, Hkv, D, generator=g, dtype=dtype)
+    plan = plan_paged_decode(table, lens, 16, Hq // Hkv, Hkv)
+    assert plan.groups.n_groups >= 2
+    bt, sl = torch.as_tensor(table), torch.as_tensor(lens)
+    ref = paged_attention_reference(q, k, v, bt, sl)
+    got = paged_plan_reference(q, k, v, bt, sl, plan)
+    assert torch.allclose(got, ref, atol=1e-5 if dtype == torch.float32 else 1e-12)
+    # the check can fail: a plan that claims blocks the requests do not share gives another answer
+    wrong = torch.as_tensor(table).clone()
+    leader = plan.groups.members(0)[0]
+    wrong[leader, 0] = (wrong[leader, 0] + 1) % n_blocks
+    assert not torch.allclose(paged_plan_reference(q, k, v, wrong, sl, plan), ref, atol=1e-3)
+
+
+_INTERPRETER_SCRIPT = textwrap.dedent("""
+    import numpy as np, torch, sys
+    sys.path.insert(0, "tests")
+    from test_kernels_paged import paged_layout
+    from monkeybarrel.kernels.paged_launch import paged_shared_prefix_decode
+    from monkeybarrel.kernels.reference import paged_attention_reference
+    torch.manual_seed(0)
+    for prompts, Hq, Hkv, D, block_m, sysb in [
+        ([(70, [5, 9, 1]), (64, [3, 16]), (40, [7])], 8, 2, 64, 16, 0),
+        ([(50, [1] * 9), (20, [30])], 4, 4, 128, 32, 0),
+        ([(80, [4, 4, 4]), (96, [1, 2, 3])], 28, 4, 64, 16, 2),
+    ]:
+        table, lens, nb = paged_layout(prompts, block_size=16, system_blocks=sysb, padded=1)
+        T = len(lens)
+        q = torch.randn(T, Hq, D, dtype=torch.float16)
+        kv = torch.randn(nb, 16, Hkv, 2 * D, dtype=torch.float16)  # K and V interleaved, as in vLLM
+        k, v = kv[..., :D], kv[..., D:]
+        bt, sl = torch.as_tensor(table), torch.as_tensor(lens)
+        out = paged_shared_prefix_decode(q, k, v, bt, sl, block_m=block_m)
+        err = (out.float() - paged_attention_reference(q, k, v, bt, sl).float()).abs().max().item()
+        print(T, Hq, Hkv, D, err)
+        assert err < 2e-3, err
+    print("OK")
+""")
+
+
+def test_paged_kernel_in_triton_interpreter():
+    """The paged kernel's indexing (block tables, groups, splits, padded rows) run by Triton's CPU interpreter."""
+    pytest.importorskip("triton")
+    res = run_in_interpreter(_INTERPRETER_SCRIPT)
+    assert res.returncode == 0 and res.stdout.strip().endswith("OK"), res.stdout + res.stderr
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+# prompts, Hq, Hkv, D, system blocks, padded rows
+GPU_LAYOUTS = [
+    ([(2048, list(range(1, 257)))], 32, 8, 64, 0, 0),  # 1 x 256
+    ([(2048, [64] * 64)] * 4, 32, 8, 128, 0, 0),  # 4 x 64
+    ([(2000 + 7 * i, [1 + 13 * j for j in range(16)]) for i in range(16)], 32, 8, 64, 0, 3),  # 16 x 16, ragged
+    ([(7900, [200] * 8), (300, [5] * 2)], 28, 4, 128, 0, 0),  # G=7
+    ([(1000, [3, 50, 170])] * 3 + [(500, [9])], 16, 2, 64, 8, 1),  # G=8, system prompt
+    ([(777, [1])] * 40, 32, 8, 128, 0, 0),  # nothing shared
+]
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", range(len(GPU_LAYOUTS)))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_paged_kernel_parity_on_gpu(layout, dtype):
+    from monkeybarrel.kernels.paged_launch import paged_shared_prefix_decode
+
+    prompts, Hq, Hkv, D, sysb, padded = GPU_LAYOUTS[layout]
+    table, lens, nb = paged_layout(prompts, block_size=16, system_blocks=sysb, padded=padded, seed=layout)
+    T = len(lens)
+    g = torch.Generator(device="cuda").manual_seed(layout)
+    q = torch.randn(T, Hq, D, generator=g, device="cuda", dtype=dtype)
+    kv = torch.randn(nb, 16, Hkv, 2 * D, generator=g, device="cuda", dtype=dtype)
+    k, v = kv[..., :D], kv[..., D:]
+    bt, sl = torch.as_tensor(table, device="cuda"), torch.as_tensor(lens, device="cuda")
+    out = paged_shared_prefix_decode(q, k, v, bt, sl)
+    ref = paged_attention_reference(q.double(), k.double(), v.double(), bt, sl).float()
+    err = (out.float() - ref).abs().max().item()
+    print(f"paged parity layout={layout} {dtype} T={T} max_abs_err={err:.2e}")
+    assert err < (2e-2 if dtype == torch.bfloat16 else 2e-3)
+
+
+def test_plan_cache_reuses_while_the_shared_columns_hold():
+    from monkeybarrel.kernels.prefix_groups import PlanCache
+
+    table, lens, _ = paged_layout([(2048, [10] * 8), (900, [3] * 4)], seed=5, width=200)
+    cache = PlanCache(16, 4, 8, min_saved=0.2)
+    first, reused = cache.plan(table, lens)
+    assert first is not None and not reused
+    grown = lens + 20  # a steady decode: every request 20 tokens longer, the same blocks
+    again, reused = cache.plan(table, grown)
+    assert reused and again is first
+    swap = [len(lens) - 1, *range(1, len(lens) - 1), 0]  # two requests change rows (vLLM condenses its batch)
+    moved, moved_lens = table[swap], grown[swap]
+    replanned, reused = cache.plan(moved, moved_lens)
+    assert not reused and (replanned.shared_len == first.shared_len[swap]).all()
+    fewer, reused = cache.plan(moved[:-1], moved_lens[:-1])  # a request left
+    assert not reused and len(fewer.order) == len(lens) - 1
+
+
+def test_plan_cache_keeps_a_fallback_decision_until_the_batch_changes():
+    from monkeybarrel.kernels.prefix_groups import PlanCache
+
+    table, lens, _ = paged_layout([(500, [2]), (700, [5]), (300, [1])], seed=2, width=64)
+    cache = PlanCache(16, 4, 8)
+    assert cache.plan(table, lens) == (None, False)  # nothing shared: the engine's own attention
+    assert cache.plan(table, lens + 1) == (None, True)
+    src, dst = int(np.argsort(lens)[1]), int(np.argmax(lens))  # the 502- and the 705-token requests
+    full = (int(lens[src]) - 1) // 16
+    shared = table.copy()
+    shared[dst, :full] = shared[src, :full]  # dst replaced by a sample of src's prompt
+    plan, reused = cache.plan(shared, lens)
+    assert not reused and plan is not None and plan.groups.n_groups == 1
