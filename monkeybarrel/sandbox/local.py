@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 from .base import SANDBOXES, ExecutionResult, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path, classify
 from .cgroups import CgroupTree, CgroupUnavailable, RunGroup, kill_until_gone
-from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, STATUS_FD, WORKDIR, RunSpec, chain,
+from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, WORKDIR, RunSpec, above_status_fd, chain,
                      interpreter_prefix, which)
 from .warm_python import WarmSlot, warm_argv
 
@@ -464,9 +464,7 @@ def _sealed_memfd(name: str, content: str | bytes) -> int:
         view = view[os.write(fd, view):]
     os.lseek(fd, 0, os.SEEK_SET)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
-    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, STATUS_FD + 1)  # the gate puts the status pipe on fd 9
-    os.close(fd)
-    return high
+    return above_status_fd(fd)
 
 
 def _mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
