@@ -249,3 +249,18 @@ def test_weaver_model_passes_sklearn_check_estimator_except_the_documented_check
     assert len(passed) >= 40 and "check_estimators_unfitted" in passed and "check_fit_score_takes_y" in passed
     xfailed = {r["check_name"] for r in results if r["status"] == "xfail"}
     assert xfailed <= set(SKLEARN_INAPPLICABLE_CHECKS)
+
+
+def test_weaver_on_a_plain_matrix_and_problem_ids():
+    rng = np.random.default_rng(0)
+    y = rng.random(2000) < 0.3
+    scores = rng.normal(size=(2000, 6)) + y[:, None]
+    scores[rng.random(scores.shape) < 0.1] = np.nan
+    problem_ids = np.repeat(np.arange(100), 20)
+    data = SelectionData.from_arrays(scores, problem_ids)
+    chosen = WeaverSelector(majority_verifier=False).fit_select(data)
+    assert chosen.shape == (100,) and np.array_equal(chosen // 20, np.arange(100))  # row indices of each problem
+    assert y[chosen].mean() > 0.9 and data.verifiers == tuple(f"v{j}" for j in range(6))
+    assert data.sample_index[:3].tolist() == [0, 1, 2] and set(data.generator_id) == {""}
+    with pytest.raises(ValueError, match="one entry per row"):
+        SelectionData.from_arrays(scores, problem_ids[:5])
