@@ -267,8 +267,7 @@ class LocalSandbox(Sandbox):
         except BaseException:
             if host_workdir is not None:
                 _remove_workdir(host_workdir)
-            for fd in (status_r, *fds):
-                os.close(fd)
+            os.close(status_r)
             raise
         finally:
             os.close(status_w)
@@ -279,7 +278,14 @@ class LocalSandbox(Sandbox):
                     pass
         try:
             out, err = OutputBuffer(limits.output_bytes), OutputBuffer(limits.output_bytes)
-            timed_out = _drain(process, out, err, started + limits.time_s)
+            try:
+                timed_out = _drain(process, out, err, started + limits.time_s)
+            except BaseException:  # e.g. Ctrl-C: nothing of the run outlives the caller's interruption
+                _kill_tree(process.pid)
+                if group is not None:
+                    group.kill()
+                process.wait()
+                raise
             tree_cpu = _tree_cpu_seconds(process.pid) if timed_out and group is None else None
             _kill_tree(process.pid)  # timed out, or leftovers of a finished run (a no-op when none)
             if group is not None:
