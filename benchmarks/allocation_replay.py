@@ -64,6 +64,12 @@ def pythia(args: argparse.Namespace) -> dict:
                          "coverage": float(result.coverage.mean()), "seconds": round(seconds, 1)})
             print(f"| {100 * fraction:g}% | {name} | {100 * kept.mean():.1f} | "
                   f"{' '.join(f'{100 * k:.0f}' for k in kept)} | {seconds:.0f} |", flush=True)
+    if args.out:
+        points = [{"policy": r["policy"], "budget": r["fraction"], "samples_per_problem": r["fraction"] * N,
+                   "coverage_kept": r["kept"]} for r in rows]
+        plot_equal_compute({"rows": points}, args.out / "pythia_allocation.png",
+                           f"Pythia MATH, mean of {G} models",
+                           panels=("coverage_kept",))
     return {"data": str(args.data), "models": list(outcomes.generators), "uniform_full_coverage": full.tolist(),
             "rows": rows}
 
