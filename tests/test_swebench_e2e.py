@@ -6,10 +6,12 @@ import json
 
 import pytest
 import torch
+from rich.console import Console
 
 from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
 from monkeybarrel.orchestrator.runner import run_experiment
+from monkeybarrel.orchestrator.show import show
 
 pytestmark = pytest.mark.docker  # CI-sized: 2 tasks, the embedded model in every stage, about 3 minutes on 2 cores
 
@@ -75,3 +77,6 @@ def test_swe_taskset_end_to_end(instances, tmp_path):
         assert len(votes["base_codes"]) == len(votes["tests"])
         assert votes["pool"]["containers"] >= (1 if votes["tests"] else 0)
     assert (tmp_path / "run" / "report.md").is_file()
+    console = Console(record=True, width=200)
+    show(tmp_path / "run", transcripts[0]["problem_id"], console=console)  # `monkeybarrel show DIR --problem ID`
+    assert "state_machine record:" in console.export_text() and "test_votes record:" in console.export_text()

@@ -160,7 +160,7 @@ def fit_coverage_law(ks: np.ndarray, coverage: np.ndarray, iterations: int = 50)
     error_mean = (error.sum(axis=1) / counted)
     error_std = np.sqrt((np.where(present, (error - error_mean[:, None]) ** 2, 0.0)).sum(axis=1) / counted)
     error_mean, error_std = np.where(fittable, error_mean, np.nan), np.where(fittable, error_std, np.nan)
-    k_max = np.exp(np.where(present, x, -np.inf).max(axis=1))
+    k_max = np.where(present, np.asarray(ks, dtype=np.float64)[None, :], -np.inf).max(axis=1)
     return CoverageLaw(a=a, b=b, error_mean=error_mean, error_std=error_std, k_max=k_max)
 
 

@@ -31,3 +31,20 @@ def load_hub_dataset(name: str, config: str | None = None, split: str = "test", 
         raise DataUnavailableError(f"could not load hub dataset {label}: {type(exc).__name__}: "
                                    f"{str(exc).splitlines()[0] if str(exc) else ''}\n"
                                    f"Download it where the hub is reachable, then pass the local copy: {local_hint}") from exc
+
+
+def download_hub_files(repo_id: str, patterns: list[str], *, local_hint: str, repo_type: str = "dataset") -> str:
+    """``huggingface_hub.snapshot_download`` of the files matching ``patterns``; returns the local folder,
+    or raises ``DataUnavailableError`` (offline, missing package)."""
+    label = f"{repo_id} ({', '.join(patterns)})"
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:
+        raise DataUnavailableError(f"hub repository {label}: the `huggingface_hub` package is missing "
+                                   f"(pip install 'monkeybarrel[hub]'); or pass a local copy: {local_hint}") from exc
+    try:
+        return snapshot_download(repo_id, repo_type=repo_type, allow_patterns=patterns)
+    except Exception as exc:  # offline, gated, unknown repository
+        raise DataUnavailableError(f"could not download hub repository {label}: {type(exc).__name__}: "
+                                   f"{str(exc).splitlines()[0] if str(exc) else ''}\n"
+                                   f"Download it where the hub is reachable, then pass the local copy: {local_hint}") from exc

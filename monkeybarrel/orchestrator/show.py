@@ -2,7 +2,8 @@
 
 Without ``--problem``: one row per problem (samples, correct samples, each selector's pick and
 whether it is right). With it: the problem, its reference, and every candidate with its answer,
-label, verifier scores and the selectors that picked it.
+label, verifier scores and the selectors that picked it, and where the verifiers' per-problem records
+(generated tests, vote matrices, transcripts) are stored.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def show(directory, problem_id: str | None = None, limit: int = 50, full_text: b
          console: Console | None = None) -> None:
     """Print the per-problem table (first ``limit`` problems) or one problem's candidates."""
     console = console or Console()
-    view = Drilldown.load(Experiment(directory))
+    experiment = Experiment(directory)
+    view = Drilldown.load(experiment)
     methods = list(view.picks)
     if problem_id is None:
         ids = view.problem_ids()
@@ -58,3 +60,7 @@ def show(directory, problem_id: str | None = None, limit: int = 50, full_text: b
                       row["finish_reason"] or "", ", ".join(row["picked_by"]),
                       (row["text"] or row["error"] or "").replace("[", r"\["))
     console.print(table)
+    for verifier in view.verifiers:  # what verifiers recorded for this problem (tests, vote matrices, transcripts)
+        path = experiment.store.artifact_path(verifier, problem_id)
+        if path.is_file():
+            console.print(f"{verifier} record: {path}", highlight=False, markup=False)

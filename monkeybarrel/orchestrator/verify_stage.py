@@ -11,11 +11,12 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..core.config import ConfigError, ExperimentConfig
 from ..core.plugins import build_plugin
-from ..core.records import SCORE_SCHEMA, Problem, candidates_from_table
+from ..core.records import CANDIDATE_KEY, SCORE_SCHEMA, Candidate, Problem, candidates_from_table
 from ..verifiers.base import VERIFIERS
 from .progress import progress_bar
 from .store import ExperimentStore
@@ -46,18 +47,18 @@ def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems:
             verifier.close()
             raise ConfigError(f"verifiers[{index}] ({spec.name}) reads {unknown}, which must be verifiers listed "
                               f"before it; earlier: {earlier}")
-        inputs = {name: _score_lookup(store.scores(name)) for name in verifier.reads}
         if verifier.scores_whole_problem:  # new candidates change the old ones' scores: re-score the problem
             todo = [(p, by_problem[p.problem_id]) for p, _ in todo]
+        inputs = {name: _aligned_scores(store.scores(name), [c for _, cs in todo for c in cs]) for name in verifier.reads}
+        offsets = np.cumsum([0] + [len(cs) for _, cs in todo])
         started, rows, failures, last_flush = time.perf_counter(), [], 0, time.perf_counter()
         kind, policy = f"scores/{spec.name}", config.store
         try:
             with progress_bar(f"verify {spec.name}", sum(len(cs) for _, cs in todo), show_progress) as bar:
-                for problem, candidates in todo:
-                    for name, lookup in inputs.items():
-                        verifier.provide(problem.problem_id, name,
-                                         [lookup.get((c.problem_id, c.generator_id, c.sample_index), float("nan"))
-                                          for c in candidates], store.read_artifact(name, problem.problem_id))
+                for position, (problem, candidates) in enumerate(todo):
+                    for name, aligned in inputs.items():
+                        verifier.provide(problem.problem_id, name, aligned[offsets[position]:offsets[position + 1]],
+                                         store.read_artifact(name, problem.problem_id))
                     scores, errors = verifier.score_safely(problem, candidates)
                     record = verifier.pop_record(problem.problem_id)
                     if record is not None:
@@ -82,7 +83,13 @@ def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems:
     return costs
 
 
-def _score_lookup(table: pa.Table) -> dict[tuple[str, str, int], float]:
-    """``{(problem_id, generator_id, sample_index): score}`` of a stored score table."""
-    columns = [table.column(name).to_pylist() for name in ("problem_id", "generator_id", "sample_index", "score")]
-    return {(p, g, i): (float("nan") if s is None else s) for p, g, i, s in zip(*columns)}
+def _aligned_scores(table: pa.Table, candidates: list[Candidate]) -> np.ndarray:
+    """``[len(candidates)]`` the stored ``score`` of each candidate (NaN where it has none), by one join."""
+    keys = pa.table({"problem_id": pa.array([c.problem_id for c in candidates], pa.string()),
+                     "generator_id": pa.array([c.generator_id for c in candidates], pa.string()),
+                     "sample_index": pa.array([c.sample_index for c in candidates], SCORE_SCHEMA.field("sample_index").type),
+                     "__position": np.arange(len(candidates))})
+    joined = keys.join(table.select(list(CANDIDATE_KEY) + ["score"]), keys=list(CANDIDATE_KEY), join_type="inner")
+    aligned = np.full(len(candidates), np.nan)
+    aligned[joined.column("__position").to_numpy()] = joined.column("score").to_numpy(zero_copy_only=False)
+    return aligned

@@ -22,6 +22,7 @@ reason); the program never holds fd 9, so it cannot write to that channel.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import shutil
@@ -68,6 +69,16 @@ class RunSpec:
     disk_bytes: int
     workdir: str
     extra_binds: tuple[str, ...] = ()
+
+
+def above_status_fd(fd: int) -> int:
+    """``fd`` moved above ``STATUS_FD`` (close-on-exec; ``pass_fds`` clears that in the child): the gate
+    puts the status pipe on fd 9, so any fd handed down the chain must not be 9."""
+    if fd > STATUS_FD:
+        return fd
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, STATUS_FD + 1)
+    os.close(fd)
+    return high
 
 
 def tool(name: str) -> str:

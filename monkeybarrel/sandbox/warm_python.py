@@ -33,6 +33,7 @@ from typing import Mapping, Sequence
 
 from .base import Limits
 from .cgroups import RunGroup, host_pid_of
+from .layers import above_status_fd
 
 ZYGOTE_SOURCE = Path(__file__).with_name("_zygote.py").read_text()
 _FLAGS = {"-I", "-S", "-E", "-s", "-B", "-u"}
@@ -70,6 +71,7 @@ class WarmSlot:
     def start(self) -> None:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
+        request_r, reply_w = above_status_fd(request_r), above_status_fd(reply_w)  # fd 9 is the gate's
         argv = [*self.prefix, self.interpreter, "-I", "-S", "-c",
                 ZYGOTE_SOURCE.replace("CONTROL_IN, CONTROL_OUT = 3, 4",
                                       f"CONTROL_IN, CONTROL_OUT = {request_r}, {reply_w}")]

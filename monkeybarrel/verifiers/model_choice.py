@@ -9,7 +9,7 @@ distribution instead of a parsed reply, so a small model cannot answer out of fo
 Score: the probability that the model names the candidate's text; when fewer than two distinct texts
 qualify, no model runs and the top-ranked candidate's text scores 1 (with no votes at all: the
 shortest candidate, as in CodeMonkeys where every candidate then ties at zero votes). Candidates not
-shown score NaN with the reason. The shortlist and the probabilities are the problem's record. The
+shown score 0 (the model gave them no probability). The shortlist and the probabilities are the problem's record. The
 selector ``best_single`` with ``verifier: <this name>`` takes the pick.
 """
 
@@ -58,15 +58,11 @@ class ModelChoice(Verifier):
         return (self.votes,)
 
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:
-        return self.score_detailed(problem, candidates)[0]
-
-    def score_detailed(self, problem: Problem, candidates: Sequence[Candidate]) -> tuple[np.ndarray, list[str | None]]:
         votes, _ = self.provided(problem.problem_id, self.votes)
         texts = [c.text for c in candidates]
-        scores = np.full(len(candidates), np.nan)
-        reasons: list[str | None] = ["not among the candidates shown to the model"] * len(candidates)
+        scores = np.zeros(len(candidates))
         if not candidates:
-            return scores, reasons
+            return scores
         lengths = [len(t) if isinstance(t, str) else np.iinfo(np.int64).max for t in texts]
         keys = sorted(range(len(candidates)), key=lambda i: (candidates[i].generator_id, candidates[i].sample_index))
         tiebreak = np.empty(len(candidates), np.int64)
@@ -87,12 +83,12 @@ class ModelChoice(Verifier):
         else:  # nothing to choose between: the top-ranked candidate
             top = order[0]
             by_text = {texts[top]: 1.0} if isinstance(texts[top], str) else {}
-            scores[top], reasons[top] = 1.0, None
+            scores[top] = 1.0
         for i, text in enumerate(texts):
             if isinstance(text, str) and text in by_text:
-                scores[i], reasons[i] = by_text[text], None
+                scores[i] = by_text[text]
         self.keep_record(problem.problem_id, record)
-        return scores, reasons
+        return scores
 
     def choose(self, problem: str, solutions: Sequence[str]) -> np.ndarray:
         """Probabilities (summing to 1) that the model names each of ``solutions`` as correct."""

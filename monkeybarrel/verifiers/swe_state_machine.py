@@ -5,8 +5,9 @@ verifier, most votes then shortest patch, duplicates dropped, top ``max_candidat
 no votes, every distinct non-trivial patch sorted by length), then
 ``kits.swebench.state_machine`` runs the LLM loop in containers and picks one.
 
-Score: 1 for candidates whose patch is the one picked, 0 for the other patches shown to the model,
-NaN (with the reason) for the rest. The transcript (messages, tests, executions) is the problem's
+Score: 1 for candidates whose patch is the one picked, 0 for the other well-formed patches; NaN
+(with the reason) for malformed or trivial patches and, with ``votes``, for patches without votes
+(e.g. they did not apply), which are never shown, so a problem without any shown patch abstains. The transcript (messages, tests, executions) is the problem's
 record, stored with the scores under ``artifacts/<verifier>/<problem_id>.json``; the selector
 ``best_single`` with ``verifier: <this name>`` turns the scores into the selection.
 """
@@ -73,18 +74,19 @@ class SWEStateMachine(Verifier):
     def score_detailed(self, problem: Problem, candidates: Sequence[Candidate]) -> tuple[np.ndarray, list[str | None]]:
         patches = candidate_patches([c.text for c in candidates])
         example = None
+        scores = np.where([p is None for p in patches], np.nan, 0.0)
+        reasons: list[str | None] = ["malformed or trivial patch" if p is None else None for p in patches]
         if self.ensemble:
             order = barrel_of_monkeys(patches)
             order = order if self.max_candidates is None else order[: self.max_candidates]
         else:
             votes, record = self.provided(problem.problem_id, self.votes)
-            votes = np.where([p is None for p in patches], np.nan, votes)
+            votes = np.where(np.isnan(scores), np.nan, votes)
+            for i in np.flatnonzero(np.isnan(votes) & ~np.isnan(scores)):  # e.g. the patch did not apply
+                scores[i], reasons[i] = np.nan, f"no votes in {self.votes!r}"
             order = rank_candidates([p or "" for p in patches], votes, self.max_candidates)
             example = example_test(record)
         shown = [patches[i] for i in order]
-        scores = np.full(len(candidates), np.nan)
-        reasons: list[str | None] = ["malformed or trivial patch" if p is None else "not among the patches shown"
-                                     for p in patches]
         if not shown:
             return scores, reasons
         outcome = None
@@ -96,9 +98,7 @@ class SWEStateMachine(Verifier):
             outcome = self.machine.run(instance.problem_statement, image, repo_dir, instance.base_commit, shown,
                                        self.context(instance, shown), example)
             chosen = shown[outcome.final]
-        for i, patch in enumerate(patches):
-            if patch in shown:
-                scores[i], reasons[i] = float(patch == chosen), None
+        scores[np.array([p == chosen for p in patches], dtype=bool)] = 1.0
         self.keep_record(problem.problem_id, {
             "problem_id": problem.problem_id,
             "candidates_shown": [[candidates[i].generator_id, candidates[i].sample_index] for i in order],

@@ -9,7 +9,7 @@ from importlib import import_module
 
 from .base import Comparison, Published, Recipe, RecipeDataError, Row
 
-RECIPE_MODULES = ("llmonk", "weaver", "datasets")
+RECIPE_MODULES = ("llmonk", "weaver", "smoothie", "codemonkeys", "datasets")
 """Modules of this package that define ``RECIPES``."""
 
 

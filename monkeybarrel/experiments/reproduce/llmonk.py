@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ...core.scaling_laws import coverage_at_k, fit_coverage_law, log_spaced_ks
-from ..llmonk_data import SampleOutcomes, normalise_model, read_monkey_business, read_outcomes_parquet, stack_counts
+from ..llmonk_data import SampleOutcomes, read_monkey_business, read_outcomes_parquet, stack_counts
 from .base import Comparison, Published, Recipe, Row
 from ...orchestrator.coverage_plot import plot_coverage_laws
 
@@ -41,17 +41,16 @@ CODECONTESTS_PAPER: dict[str, dict[str, Published]] = {
     "Llama 3 70B Instruct": {"a": Published(-2.52, FIG5), "b": Published(-0.11, FIG5),
                              "error_mean": Published(0.0056, FIG5, "± 0.0027")},
 }
-PYTHIA_MODELS = ("Pythia-70M", "Pythia-160M", "Pythia-410M", "Pythia-1B", "Pythia-2.8B", "Pythia-6.9B", "Pythia-12B")
+PYTHIA_MODELS = ("Pythia-70M", "Pythia-160M", "Pythia-410M", "Pythia-1B", "Pythia-1.4B", "Pythia-2.8B", "Pythia-6.9B",
+                 "Pythia-12B")
+"""The hub's Pythia MATH configs (the processed parquet holds seven of them, without 1.4B)."""
 CODECONTESTS_MODELS = ("Gemma-2B", "Gemma-7B", "Llama-3-8B-Instruct", "Llama-3-70B-Instruct")
 
 
 def load_blocks(data: str | None, task: str, models: tuple[str, ...]) -> tuple[list[SampleOutcomes], str]:
     """The outcome blocks of ``task`` from a parquet file, a monkey_business directory or the hub."""
     if data is not None and Path(data).is_file() and Path(data).suffix == ".parquet":
-        wanted = {normalise_model(m) for m in models}
-        blocks = read_outcomes_parquet(data, benchmarks=[task])
-        chosen = [b for b in blocks if b.model in wanted] or blocks  # other models of the task: keep them all
-        return chosen, f"{data} (processed per-sample outcomes)"
+        return read_outcomes_parquet(data, benchmarks=[task]), f"{data} (processed per-sample outcomes, every model)"
     blocks = read_monkey_business(task, models, data)
     return blocks, (f"{data} (monkey_business layout)" if data else f"hub ScalingIntelligence/monkey_business {task}_*")
 
