@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from monkeybarrel.allocation import ConfidentMajority, Difficulty, Uniform, UntilSolved
 from monkeybarrel.allocation.equal_compute import equal_compute_table, outcomes_from_selection
 from monkeybarrel.allocation.simulate import RecordedOutcomes, draw, majority_correct, replay
+from monkeybarrel.core.intervals import bootstrap_ci, paired_difference_ci
 from monkeybarrel.core.metrics import default_ks
 from monkeybarrel.experiments.llmonk_data import read_outcomes_parquet
 from monkeybarrel.orchestrator.allocation_report import plot_equal_compute, render_section
@@ -63,6 +64,12 @@ def pythia(args: argparse.Namespace) -> dict:
                          "coverage": float(result.coverage.mean()), "seconds": round(seconds, 1)})
             print(f"| {100 * fraction:g}% | {name} | {100 * kept.mean():.1f} | "
                   f"{' '.join(f'{100 * k:.0f}' for k in kept)} | {seconds:.0f} |", flush=True)
+    if args.out:
+        points = [{"policy": r["policy"], "budget": r["fraction"], "samples_per_problem": r["fraction"] * N,
+                   "coverage_kept": r["kept"]} for r in rows]
+        plot_equal_compute({"rows": points}, args.out / "pythia_allocation.png",
+                           f"Pythia MATH, mean of {G} models",
+                           panels=("coverage_kept",))
     return {"data": str(args.data), "models": list(outcomes.generators), "uniform_full_coverage": full.tolist(),
             "rows": rows}
 
@@ -79,8 +86,8 @@ def store(args: argparse.Namespace) -> dict:
     return table
 
 
-def _interval(values: np.ndarray) -> str:
-    low, high = np.percentile(values, [2.5, 97.5])
+def _interval(bounds) -> str:
+    low, high = bounds
     return f"[{100 * low:.1f}, {100 * high:.1f}]"
 
 
@@ -109,21 +116,19 @@ def real(args: argparse.Namespace) -> dict:
     uniform_drawn = np.full((G, P), args.samples)
     adaptive_right = majority_correct(outcomes.correct, outcomes.answers, drawn).reshape(-1).astype(float)
     uniform_right = majority_correct(outcomes.correct, outcomes.answers, uniform_drawn).reshape(-1).astype(float)
-    rng = np.random.default_rng(args.seed)
-    picks = rng.integers(0, adaptive_right.size, (args.bootstrap, adaptive_right.size))
-    a, u = adaptive_right[picks].mean(axis=1), uniform_right[picks].mean(axis=1)
+    u, a = bootstrap_ci(np.stack([uniform_right, adaptive_right], axis=1), args.bootstrap, args.seed)
+    difference = paired_difference_ci(uniform_right, adaptive_right, args.bootstrap, args.seed)
     share = drawn.sum() / uniform_drawn.sum()
     print(f"{args.directory}: {P} problems; confident_majority from {source}")
     print("| arm | samples | share of uniform | majority accuracy (%) | 95% bootstrap interval |")
     print("|---|---:|---:|---:|---|")
     print(f"| uniform majority@{args.samples} | {uniform_drawn.sum()} | 100% | {100 * uniform_right.mean():.1f} | {_interval(u)} |")
     print(f"| confident_majority | {drawn.sum()} | {100 * share:.0f}% | {100 * adaptive_right.mean():.1f} | {_interval(a)} |")
-    print(f"| difference (adaptive - uniform) | | | {100 * (adaptive_right.mean() - uniform_right.mean()):+.1f} | {_interval(a - u)} |")
+    print(f"| difference (adaptive - uniform) | | | {100 * (adaptive_right.mean() - uniform_right.mean()):+.1f} | {_interval(difference)} |")
     return {"problems": P, "source": source, "samples_adaptive": int(drawn.sum()), "samples_uniform": int(uniform_drawn.sum()),
             "share": float(share), "accuracy_adaptive": float(adaptive_right.mean()),
-            "accuracy_uniform": float(uniform_right.mean()), "interval_adaptive": np.percentile(a, [2.5, 97.5]).tolist(),
-            "interval_uniform": np.percentile(u, [2.5, 97.5]).tolist(),
-            "interval_difference": np.percentile(a - u, [2.5, 97.5]).tolist(), "drawn": drawn.tolist()}
+            "accuracy_uniform": float(uniform_right.mean()), "interval_adaptive": a.tolist(),
+            "interval_uniform": u.tolist(), "interval_difference": list(difference), "drawn": drawn.tolist()}
 
 
 def main() -> None:

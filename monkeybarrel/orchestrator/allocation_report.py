@@ -60,8 +60,12 @@ def render_section(equal_compute: dict[str, Any], plot_name: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_equal_compute(equal_compute: dict[str, Any], path: Path, title: str = "") -> Path | None:
-    """Coverage and majority accuracy against samples per problem, one line per policy; None if no rows."""
+PANELS = {"coverage": "coverage (%)", "majority": "majority vote (%)", "coverage_kept": "coverage kept (%)"}
+
+
+def plot_equal_compute(equal_compute: dict[str, Any], path: Path, title: str = "",
+                       panels: tuple[str, ...] = ("coverage", "majority")) -> Path | None:
+    """Each ``panels`` metric against samples per problem, one line per policy; None if no rows."""
     rows = equal_compute.get("rows") if equal_compute else None
     if not rows:
         return None
@@ -70,8 +74,10 @@ def plot_equal_compute(equal_compute: dict[str, Any], path: Path, title: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
-    for ax, key, label in ((axes[0], "coverage", "coverage (%)"), (axes[1], "majority", "majority vote (%)")):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), dpi=120, squeeze=False)
+    axes = axes[0]
+    for ax, key in zip(axes, panels):
+        label = PANELS.get(key, key)
         for name in dict.fromkeys(r["policy"] for r in rows if r["budget"] is not None):
             points = [r for r in rows if r["policy"] == name]
             ax.plot([r["samples_per_problem"] for r in points], [100 * r[key] for r in points], "o-", label=name)
