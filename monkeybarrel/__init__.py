@@ -10,6 +10,8 @@ select one answer per problem, and measure it.
 """
 
 from .core.config import (
+    AllocationSpec,
+    BudgetSpec,
     ConfigError,
     EvaluateSpec,
     ExperimentConfig,
@@ -30,7 +32,7 @@ run = run_experiment
 __version__ = "0.1.0"
 
 __all__ = [
-    "Candidate", "ConfigError", "EvaluateSpec", "Experiment", "ExperimentConfig", "GeneratorSpec", "Problem",
+    "AllocationSpec", "BudgetSpec", "Candidate", "ConfigError", "EvaluateSpec", "Experiment", "ExperimentConfig", "GeneratorSpec", "Problem",
     "SelectionData", "SelectorSpec", "StoreSpec", "TaskSpec", "VerifierSpec", "evaluate_and_report", "run",
     "run_experiment",
 ]

@@ -184,10 +184,11 @@ def _mpnet_available() -> bool:
     try:
         import sentence_transformers  # noqa: F401
 
-        from monkeybarrel.selection.embedders import resolve_sentence_model
     except ImportError:
         return False
-    return resolve_sentence_model("all-mpnet-base-v2") != "all-mpnet-base-v2"
+    from monkeybarrel.core.models import packaged_encoder
+
+    return packaged_encoder("all-mpnet-base-v2") is not None
 
 
 @pytest.mark.slow  # embeds 66 texts with all-mpnet-base-v2 on CPU: ~40 s idle, ~3 min on a loaded 2-core box

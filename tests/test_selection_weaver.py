@@ -128,9 +128,9 @@ def test_sklearn_contract_and_nan_input():
     assert np.array_equal(fitted.predict(data.scores), (proba[:, 1] > 0.5).astype(int))
     all_missing = np.full((3, data.scores.shape[1]), np.nan)  # a candidate nobody scored gets the prior
     assert np.allclose(fitted.predict_proba(all_missing)[:, 1], fitted.prior_)
-    with pytest.raises(ValueError, match="verifier columns"):
+    with pytest.raises(ValueError, match="expecting 10 features"):
         fitted.predict_proba(data.scores[:, :3])
-    with pytest.raises(ValueError, match="infinite"):
+    with pytest.raises(ValueError, match="infinity"):
         WeaverModel().fit(np.array([[np.inf, 0, 1]]))
     with pytest.raises(ValueError, match="threshold"):
         WeaverModel(threshold=1.5).fit(data.scores)
@@ -230,3 +230,37 @@ def test_bin_indicators_partition_the_observed_scores():
     X = np.array([[0.1, np.nan], [0.5, 2.0], [0.9, -1.0]])
     bins = bin_indicators(X, np.array([[0.5, 0.0], [0.8, 1.0]]))
     assert [b.tolist() for b in bins] == [[[1, 0], [0, 0], [0, 1]], [[0, 0], [1, 0], [0, 0]], [[0, 0], [0, 1], [1, 0]]]
+
+
+def test_weaver_model_passes_sklearn_check_estimator_except_the_documented_checks():
+    import warnings
+
+    from sklearn.utils.estimator_checks import check_estimator
+
+    from monkeybarrel.selection.weaver import SKLEARN_INAPPLICABLE_CHECKS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(WeaverModel(), expected_failed_checks=SKLEARN_INAPPLICABLE_CHECKS, on_fail=None)
+        normaliser = check_estimator(ScoreNormalizer(), on_fail=None)
+    failed = [r["check_name"] for r in results + normaliser if r["status"] == "failed"]
+    assert not failed, failed
+    passed = {r["check_name"] for r in results if r["status"] == "passed"}
+    assert len(passed) >= 40 and "check_estimators_unfitted" in passed and "check_fit_score_takes_y" in passed
+    xfailed = {r["check_name"] for r in results if r["status"] == "xfail"}
+    assert xfailed <= set(SKLEARN_INAPPLICABLE_CHECKS)
+
+
+def test_weaver_on_a_plain_matrix_and_problem_ids():
+    rng = np.random.default_rng(0)
+    y = rng.random(2000) < 0.3
+    scores = rng.normal(size=(2000, 6)) + y[:, None]
+    scores[rng.random(scores.shape) < 0.1] = np.nan
+    problem_ids = np.repeat(np.arange(100), 20)
+    data = SelectionData.from_arrays(scores, problem_ids)
+    chosen = WeaverSelector(majority_verifier=False).fit_select(data)
+    assert chosen.shape == (100,) and np.array_equal(chosen // 20, np.arange(100))  # row indices of each problem
+    assert y[chosen].mean() > 0.9 and data.verifiers == tuple(f"v{j}" for j in range(6))
+    assert data.sample_index[:3].tolist() == [0, 1, 2] and set(data.generator_id) == {""}
+    with pytest.raises(ValueError, match="one entry per row"):
+        SelectionData.from_arrays(scores, problem_ids[:5])

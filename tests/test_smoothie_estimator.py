@@ -136,3 +136,31 @@ def test_bad_arguments_name_the_problem():
         Smoothie("global").fit(X[0])
     with pytest.raises(RuntimeError, match="not fitted"):
         Smoothie().predict()
+
+
+def test_exclude_self_uses_the_nearest_other_inputs_and_new_inputs_get_theta():
+    from sklearn.base import clone
+
+    rng = np.random.default_rng(1)
+    n, d, m = 400, 24, 4
+    cluster = rng.integers(2, size=n)
+    inputs = np.eye(2)[cluster] * 5 + rng.normal(size=(n, 2))
+    theta = np.where(cluster[:, None] == 0, [4.0, 0.5, 1.0, 1.0], [0.5, 4.0, 1.0, 1.0])
+    X = rng.normal(size=(n, 1, d)) + rng.normal(size=(n, m, d)) / np.sqrt(2 * theta)[:, :, None]
+    model = Smoothie("local", n_neighbors=20, exclude_self=True)
+    assert clone(model).get_params() == {"variant": "local", "n_neighbors": 20, "exclude_self": True}
+    model.fit(X, inputs)
+    assert model.neighbors_.shape == (n, 20)
+    assert not (model.neighbors_ == np.arange(n)[:, None]).any()  # the 20 nearest *other* inputs
+    assert (model.predict() == theta.argmax(1)).mean() > 0.95
+    # the window without the input is what the input-inclusive window would be with its own row dropped
+    inclusive = Smoothie("local", n_neighbors=21).fit(X, inputs)
+    same = np.array([set(a) == set(b) - {i} for i, (a, b) in enumerate(zip(model.neighbors_, inclusive.neighbors_))])
+    assert same.mean() > 0.95
+    # θ for new inputs: from their nearest fitted inputs, normalised
+    new = model.thetas(np.array([[5.0, 0.0], [0.0, 5.0]]))
+    assert new.shape == (2, m) and np.allclose(new.sum(axis=1), 1) and new.argmax(axis=1).tolist() == [0, 1]
+    with pytest.raises(ValueError, match="needs input_embeddings"):
+        Smoothie("local", exclude_self=True).fit(X)
+    with pytest.raises(ValueError, match="local variant only"):
+        Smoothie("global", exclude_self=True).fit(X)

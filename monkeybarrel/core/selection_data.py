@@ -97,6 +97,30 @@ class SelectionData:
                    problem_texts=None if problem_texts is None else np.asarray(
                        [problem_texts.get(str(p), "") for p in problems], dtype=object))
 
+    @classmethod
+    def from_arrays(cls, scores: np.ndarray, problem_id: np.ndarray | list, verifiers: tuple[str, ...] | None = None,
+                    answers: list[str | None] | np.ndarray | None = None) -> "SelectionData":
+        """From a plain ``[n, m]`` score matrix (NaN = missing) and ``[n]`` problem ids.
+
+        Rows of one problem are its candidates in row order (``sample_index`` = rank within the
+        problem, one unnamed generator), so ties go to the earlier row; verifiers default to
+        ``v0..v{m-1}``; ``answers`` are optional final answers (majority vote needs them).
+        """
+        scores = np.asarray(scores, dtype=np.float64)
+        if scores.ndim != 2:
+            raise ValueError(f"scores must be [n_candidates, n_verifiers], got shape {scores.shape}")
+        problem_id = np.asarray(problem_id).astype(str)
+        if problem_id.shape != (scores.shape[0],):
+            raise ValueError(f"problem_id must have one entry per row ({scores.shape[0]}), got shape {problem_id.shape}")
+        groups, _ = factorize(problem_id) if problem_id.size else (np.zeros(0, np.int64), None)
+        order = np.argsort(groups, kind="stable")
+        rank = np.empty(groups.size, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(np.bincount(groups))[:-1]]) if groups.size else np.zeros(0, np.int64)
+        rank[order] = np.arange(groups.size) - starts[groups[order]]
+        keys = pa.table({"problem_id": problem_id, "generator_id": [""] * problem_id.size, "sample_index": rank})
+        names = tuple(verifiers) if verifiers is not None else tuple(f"v{j}" for j in range(scores.shape[1]))
+        return cls.build(keys, scores, names, answers)
+
     def subset(self, rows: np.ndarray) -> "SelectionData":
         """The candidates at ``rows`` (groups re-indexed to the problems that remain, in first-appearance
         order; answer codes kept; tie-break ranks re-numbered in the same order). Integer work only."""

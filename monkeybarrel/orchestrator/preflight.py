@@ -18,6 +18,7 @@ from ..core.sampling import SAMPLERS
 from ..selection.base import SELECTORS
 from ..tasks.base import TASKS, Task
 from ..verifiers.base import VERIFIERS
+from .allocation_rounds import configured_policy, uses_rounds
 
 LOCAL_BACKENDS = ("embedded", "vllm")
 """Sampler backends that load ``model`` on this machine."""
@@ -65,6 +66,8 @@ def preflight(config: ExperimentConfig, *, reach_servers: bool = True) -> tuple[
             verifier.close()
     for index, spec in enumerate(config.selectors):
         build_plugin(SELECTORS, spec.type, f"selectors[{index}]", **spec.options)
+    if uses_rounds(config):
+        configured_policy(config)
     return task, problems
 
 

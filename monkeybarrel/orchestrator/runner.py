@@ -11,6 +11,8 @@ from ..core.config import ExperimentConfig
 from ..core.records import Problem, problems_from_table, problems_to_table
 from ..tasks.base import Task
 from .accuracy_vs_k import accuracy_vs_k
+from .allocation_report import equal_compute_metrics, plot_equal_compute, render_section
+from .allocation_rounds import run_allocated_sampling, uses_rounds
 from .config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
 from .evaluate_stage import evaluate, to_json
 from .experiment import Experiment
@@ -120,7 +122,8 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
     stage_times["load"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    run_record["sampled"] = run_sample_stage(store, config, problems, show_progress)
+    run_record["sampled"] = (run_allocated_sampling(store, config, task, problems, show_progress) if uses_rounds(config)
+                             else run_sample_stage(store, config, problems, show_progress))
     stage_times["sample"] = time.perf_counter() - began
 
     began = time.perf_counter()
@@ -154,6 +157,8 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
     store.write_table("selections", selections)
     metrics = evaluate(config, data, labels, info, labelled)
     metrics["accuracy_vs_k"] = accuracy_vs_k(config, data, labels, metrics["ks"]) if metrics["labelled_candidates"] else {}
+    metrics["equal_compute"] = (equal_compute_metrics(data, labels, seed=config.seed) if labelled.all()
+                                else {"skipped": "not every candidate is labelled"})
     manifest = store.read_manifest() if manifest is None else manifest
     costs = manifest.setdefault("costs", {})
     costs["generators"] = token_summary(experiment.candidates())
@@ -179,5 +184,8 @@ def write_report(experiment: Experiment, metrics: dict[str, Any] | None = None,
     manifest = experiment.manifest() if manifest is None else manifest
     plot = plot_curves(metrics, experiment.directory / "coverage.png") if metrics else None
     text = render_markdown(experiment.config.name, metrics, manifest, plot.name if plot else None)
+    equal_compute = metrics.get("equal_compute", {}) if metrics else {}
+    allocation_plot = plot_equal_compute(equal_compute, experiment.directory / "allocation.png", experiment.config.name)
+    text += render_section(equal_compute, allocation_plot.name if allocation_plot else None)
     write_html(experiment, metrics)
     return experiment.store.write_text("report.md", text)

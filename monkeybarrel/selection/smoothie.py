@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from sklearn.base import BaseEstimator
+
 from ..core.selection_data import SelectionData
 from .base import SELECTORS, Selector
 from .embedders import make_embedder
@@ -139,13 +141,15 @@ def _window_mean(P: np.ndarray, neighbors: np.ndarray) -> np.ndarray:
         return np.where(count > 0, total / count, np.nan).reshape(q, m, m)
 
 
-class Smoothie:
-    """Smoothie quality estimator on arrays (test-time regime by default).
+class Smoothie(BaseEstimator):
+    """Smoothie quality estimator on arrays (test-time regime by default); a scikit-learn estimator.
 
     Args:
         variant: ``global`` (one θ̂ for all inputs) or ``local`` (θ̂ per input from its K nearest
-            inputs, itself included).
+            inputs, itself included unless ``exclude_self``).
         n_neighbors: K of the local variant (1 = the input's own outputs only).
+        exclude_self: the local window of a fitted input is its K nearest *other* inputs (the
+            paper's AlpacaEval setting: the 20 nearest other instructions); needs input embeddings.
 
     Attributes (after ``fit``):
         delta_: ``[m]`` (global) or ``[n, m]`` (local) estimated error δ̂ (smaller is better).
@@ -162,15 +166,18 @@ class Smoothie:
         [0, 2, 1, 3]
     """
 
-    def __init__(self, variant: str = "global", n_neighbors: int = 1) -> None:
+    def __init__(self, variant: str = "global", n_neighbors: int = 1, exclude_self: bool = False) -> None:
         self.variant = variant
         self.n_neighbors = n_neighbors
+        self.exclude_self = exclude_self
 
     def _check_params(self) -> None:
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if not isinstance(self.n_neighbors, (int, np.integer)) or self.n_neighbors < 1:
             raise ValueError(f"n_neighbors must be an integer >= 1, got {self.n_neighbors!r}")
+        if self.exclude_self and self.variant != "local":
+            raise ValueError("exclude_self applies to the local variant only")
 
     def fit(self, X: np.ndarray, input_embeddings: np.ndarray | None = None) -> "Smoothie":
         """Estimate qualities from ``X [n, m, d]``: n inputs, m voters, one d-dim output each.
@@ -226,7 +233,13 @@ class Smoothie:
             from sklearn.neighbors import NearestNeighbors
 
             self.nn_ = NearestNeighbors(n_neighbors=min(self.n_neighbors, n), algorithm="brute").fit(inputs)
-        if self.n_neighbors == 1:
+        if self.exclude_self:
+            if self.nn_ is None:
+                raise ValueError("exclude_self needs input_embeddings (the window is the nearest other inputs)")
+            if n < 2:
+                raise ValueError("exclude_self needs at least 2 inputs")
+            self.neighbors_ = _other_inputs(inputs, min(self.n_neighbors, n - 1))
+        elif self.n_neighbors == 1:
             self.neighbors_ = np.arange(n)[:, None]
         elif self.nn_ is None:
             raise ValueError(f"the local variant with n_neighbors={self.n_neighbors} needs input_embeddings")
@@ -268,12 +281,32 @@ class Smoothie:
         neighbors = self.nn_.kneighbors(np.asarray(input_embeddings, dtype=np.float32), return_distance=False)
         return triplet_deltas(_window_mean(self.train_distances_, neighbors))
 
+    def thetas(self, input_embeddings: np.ndarray | None = None) -> np.ndarray:
+        """``[q, m]`` normalised θ̂ for the fitted inputs (None) or for new inputs ``[q, e]`` (train-time
+        regime: from their K nearest fitted inputs; the global variant gives every input the same row)."""
+        return theta_from_deltas(self.deltas(input_embeddings), self.dim_)
+
     def predict(self, input_embeddings: np.ndarray | None = None) -> np.ndarray:
         """``[q]`` int64 voter index with the smallest δ̂ per input (-1 when none is estimable)."""
         delta = self.deltas(input_embeddings)
         finite = np.isfinite(delta)
         choice = np.where(finite, delta, np.inf).argmin(axis=-1)
         return np.where(finite.any(axis=-1), choice, -1).astype(np.int64)
+
+
+def _other_inputs(inputs: np.ndarray, k: int) -> np.ndarray:
+    """``[n, k]`` each fitted input's k nearest fitted inputs other than itself (twins count as others)."""
+    from sklearn.neighbors import NearestNeighbors
+
+    wider = NearestNeighbors(n_neighbors=k + 1, algorithm="brute").fit(inputs)
+    neighbors = wider.kneighbors(inputs, return_distance=False)
+    rows = np.arange(neighbors.shape[0])[:, None]
+    is_self = neighbors == rows
+    # drop the point itself where found, else the farthest of the k + 1
+    drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), k)
+    keep = np.ones_like(neighbors, dtype=bool)
+    keep[np.arange(neighbors.shape[0]), drop] = False
+    return neighbors[keep].reshape(neighbors.shape[0], k)
 
 
 def _self_inclusive(neighbors: np.ndarray) -> np.ndarray:
@@ -323,6 +356,7 @@ class SmoothieSelector(Selector):
     Args:
         variant: ``global`` or ``local`` (``voters="generator"`` only).
         n_neighbors: K of the local variant; K > 1 needs ``data.problem_texts``.
+        exclude_self: the local window is the K nearest *other* problems (needs ``data.problem_texts``).
         voters: ``generator`` (route each problem to one generator, pick its first sample) or
             ``candidate`` (every candidate of a problem is a voter; pick the best one).
         embedder: registered embedder name (``tfidf`` default, ``sentence-transformers``).
@@ -340,15 +374,17 @@ class SmoothieSelector(Selector):
     """
 
     def __init__(self, variant: str = "local", n_neighbors: int = 1, voters: str = "generator",
-                 embedder: str = "tfidf", embedder_options: dict[str, Any] | None = None) -> None:
+                 embedder: str = "tfidf", embedder_options: dict[str, Any] | None = None,
+                 exclude_self: bool = False) -> None:
         self.variant = variant
         self.n_neighbors = n_neighbors
+        self.exclude_self = exclude_self
         self.voters = voters
         self.embedder = embedder
         self.embedder_options = embedder_options
 
     def _check_params(self) -> None:
-        Smoothie(self.variant, self.n_neighbors)._check_params()
+        Smoothie(self.variant, self.n_neighbors, self.exclude_self)._check_params()
         if self.voters not in VOTERS:
             raise ValueError(f"smoothie: voters must be one of {VOTERS}, got {self.voters!r}")
         if self.voters == "candidate" and (self.variant != "local" or self.n_neighbors != 1):
@@ -388,12 +424,13 @@ class SmoothieSelector(Selector):
         if len(self.generators_) < 3:
             raise ValueError(f"smoothie: routing (voters='generator') needs at least 3 generators, the data has "
                              f"{list(self.generators_)}; use voters='candidate' to select among samples")
-        if self.variant == "local" and self.n_neighbors > 1 and data.problem_texts is None:
+        if self.variant == "local" and (self.n_neighbors > 1 or self.exclude_self) and data.problem_texts is None:
             raise ValueError(f"smoothie: variant='local' with n_neighbors={self.n_neighbors} needs "
                              "SelectionData.problem_texts (Experiment.selection_data() fills it)")
         P = cell_sq_distances(E, data.groups, voter, data.n_problems, len(self.generators_))
         inputs = self._inputs(data, fit=True) if self.variant == "local" else None
-        self.estimator_ = Smoothie(self.variant, self.n_neighbors).fit_distances(P, inputs, dim=E.shape[1])
+        self.estimator_ = Smoothie(self.variant, self.n_neighbors, self.exclude_self).fit_distances(
+            P, inputs, dim=E.shape[1])
         self.theta_ = self.estimator_.theta_
         self.candidate_scores_ = self._scores(self.estimator_.deltas(), data.groups, voter)
         return self

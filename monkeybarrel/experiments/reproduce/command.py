@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from ...orchestrator.config_guard import ConfigConflictError
 from ...orchestrator.store import StoreError
 from ..hub import DataUnavailableError
 from . import all_recipes
@@ -39,7 +40,7 @@ def reproduce(name: str, data: str | None, out: Path | None, console: Console) -
     except DataUnavailableError as exc:
         print(f"error: {recipe.name}: {exc}\n(--data takes {recipe.data_help})", file=sys.stderr)
         return 2
-    except (ValueError, KeyError, StoreError) as exc:  # schema errors name the file, row and field
+    except (ValueError, KeyError, StoreError, ConfigConflictError) as exc:  # schema errors name the file, row and field
         print(f"error: {recipe.name}: {exc}", file=sys.stderr)
         return 2
     print_comparison(result, console)

