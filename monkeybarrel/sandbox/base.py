@@ -239,7 +239,7 @@ def classify(exit_code: int, timed_out: bool, limits: Limits, cpu_s: float | Non
         return Outcome.OK, None
     if exit_code < 0:
         signum = -exit_code
-        cpu_spent = cpu_s is not None and cpu_s >= limits.cpu_seconds * 0.9
+        cpu_spent = cpu_s is not None and cpu_s >= limits.cpu_seconds * 0.8  # accounting granularity
         if signum == signal.SIGXCPU and (cpu_s is None or cpu_spent) or signum == signal.SIGKILL and cpu_spent:
             return Outcome.TIMEOUT, f"CPU limit of {limits.cpu_seconds} s reached"
         if signum == signal.SIGXFSZ:
