@@ -79,4 +79,5 @@ def test_swe_taskset_end_to_end(instances, tmp_path):
     assert (tmp_path / "run" / "report.md").is_file()
     console = Console(record=True, width=200)
     show(tmp_path / "run", transcripts[0]["problem_id"], console=console)  # `monkeybarrel show DIR --problem ID`
-    assert "state_machine record:" in console.export_text() and "test_votes record:" in console.export_text()
+    printed = console.export_text()
+    assert "state_machine record:" in printed and "test_votes record:" in printed

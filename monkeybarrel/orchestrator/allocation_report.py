@@ -85,6 +85,8 @@ def plot_equal_compute(equal_compute: dict[str, Any], path: Path, title: str = "
         if adaptive:
             ax.plot([r["samples_per_problem"] for r in adaptive], [100 * r[key] for r in adaptive], "k^",
                     label="confident_majority (thresholds)")
+        highest = max((100 * r[key] for r in rows if key in r and not math.isnan(r[key])), default=0.0)
+        ax.set_ylim(0, max(5.0, 1.05 * highest))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("samples per problem (mean)")
         ax.set_ylabel(label)
