@@ -90,3 +90,17 @@ def test_selected_curves_only_and_the_report_shows_them(tmp_path):
     assert "- weaver: dropped v3: constant: every vote positive" in text
     assert "- weaver: 40.0 % on the 5 problems it was not fitted on" in text
     assert plot_curves(metrics, tmp_path / "coverage.png").stat().st_size > 1000
+
+
+def test_a_known_majority_curve_is_taken_not_refitted():
+    """The report passes its majority@k: the majority selector's curve is that (the refit above agrees with it
+    within Monte Carlo error), and only the other selectors are refitted."""
+    data, y = experiment()
+    ks = [1, 2, 4, 8]
+    spine = majority_curve(data.answers, y, data.groups, data.tiebreak, data.n_problems, ks, trials=256)
+    known = {"majority": {str(k): v for k, v in spine.items()}}
+    curves = accuracy_vs_k(config(selector_trials=4), data, y, ks, known=known)
+    assert curves["majority"] == known["majority"]
+    assert set(curves) == {spec.name for spec in SELECTORS} and curves["weaver"] != curves["majority"]
+    only = ExperimentConfig(task=TaskSpec(name="arithmetic", num_problems=4), selectors=SELECTORS[:1])
+    assert accuracy_vs_k(only, data, y, ks, known=known) == known  # nothing left to refit

@@ -46,7 +46,8 @@ def pool_answer_frequency(data: SelectionData) -> np.ndarray:
 
 
 def accuracy_vs_k(config: ExperimentConfig, data: SelectionData, labels: np.ndarray, ks: list[int],
-                  trials: int | None = None, seed: int | None = None) -> dict[str, dict[str, float]]:
+                  trials: int | None = None, seed: int | None = None,
+                  known: dict[str, dict[str, float | None]] | None = None) -> dict[str, dict[str, float]]:
     """``{selector name: {str(k): accuracy}}`` for the configured selectors (``evaluate.selector_curves``).
 
     Args:
@@ -55,12 +56,21 @@ def accuracy_vs_k(config: ExperimentConfig, data: SelectionData, labels: np.ndar
         ks: the values of k.
         trials: subsets per k below n (default ``evaluate.selector_trials``; 0 = no curves).
         seed: seed of the subset draws (default the experiment's).
+        known: curves already computed for a selector type, ``{type: {str(k): accuracy}}``: selectors of
+            that type without options take it instead of being refitted (the evaluate stage passes its
+            majority@k, the same quantity with more subsets per k).
     """
     trials = config.evaluate.selector_trials if trials is None else trials
     wanted = config.evaluate.selector_curves
     specs = [(i, s) for i, s in enumerate(config.selectors) if wanted is None or s.name in wanted]
     if trials == 0 or not specs or data.n_candidates == 0:
         return {}
+    known = known or {}
+    reused = {s.name: {str(k): known[s.type][str(k)] for k in ks if known[s.type].get(str(k)) is not None}
+              for _, s in specs if s.type in known and not s.options}
+    specs = [(i, s) for i, s in specs if s.name not in reused]
+    if not specs:
+        return reused
     rng = np.random.default_rng(config.seed if seed is None else seed)
     frequency_columns = [j for j, name in enumerate(data.verifiers)
                          if any(v.name == name and v.type == "answer_frequency" for v in config.verifiers)]
@@ -83,5 +93,5 @@ def accuracy_vs_k(config: ExperimentConfig, data: SelectionData, labels: np.ndar
                     warnings.simplefilter("ignore")  # tiny subsets: fallbacks warn on every draw
                     chosen = fit_selector(selector, sub, sub_labels).select(sub)
                 hits[spec.name][k].append(selection_accuracy(chosen, sub_labels))
-    return {name: {str(k): float(np.mean(v)) for k, v in by_k.items() if v} for name, by_k in hits.items()}
+    return {**reused, **{name: {str(k): float(np.mean(v)) for k, v in by_k.items() if v} for name, by_k in hits.items()}}
 

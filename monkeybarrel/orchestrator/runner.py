@@ -156,7 +156,8 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
     selections, info = run_select_stage(config, data, labels)
     store.write_table("selections", selections)
     metrics = evaluate(config, data, labels, info, labelled)
-    metrics["accuracy_vs_k"] = accuracy_vs_k(config, data, labels, metrics["ks"]) if metrics["labelled_candidates"] else {}
+    metrics["accuracy_vs_k"] = (accuracy_vs_k(config, data, labels, metrics["ks"], known={"majority": metrics["majority"]})
+                                if metrics["labelled_candidates"] else {})
     metrics["equal_compute"] = (equal_compute_metrics(data, labels, seed=config.seed) if labelled.all()
                                 else {"skipped": "not every candidate is labelled"})
     manifest = store.read_manifest() if manifest is None else manifest
