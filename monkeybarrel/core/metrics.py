@@ -131,17 +131,18 @@ def _majority_monte_carlo(answers: np.ndarray, labels: np.ndarray, ks: list[int]
     """Per problem of a ``[P, n]`` block, the share of random k-subsets whose majority is correct."""
     n_problems, n = answers.shape
     # Local answer codes 0..U-1 per problem (U = most distinct answers in the block); U = abstain.
-    local = np.zeros((n_problems, n), dtype=np.int64)
+    # (each row's distinct answers ranked in ascending order, as np.unique would code them, for all rows at once)
+    order = np.argsort(answers, axis=1, kind="stable")
+    ranked = np.take_along_axis(answers, order, axis=1)
+    first = np.ones(ranked.shape, dtype=bool)
+    first[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
+    codes = np.empty((n_problems, n), dtype=np.int64)
+    np.put_along_axis(codes, order, np.cumsum(first, axis=1) - 1, axis=1)
+    codes -= (ranked[:, :1] == -1)  # no answer is not an answer: the codes of real answers start at 0
+    local = np.where(answers == -1, n, codes)
     correct_code = np.zeros((n_problems, n + 1), dtype=bool)
-    for p in range(n_problems):
-        uniques, codes = np.unique(answers[p], return_inverse=True)
-        codes = codes.reshape(-1)
-        local[p] = codes
-        np.logical_or.at(correct_code[p], codes, labels[p])
-        if uniques[0] == -1:
-            local[p] = np.where(codes == 0, n, codes - 1)
-            correct_code[p, : uniques.size - 1] = correct_code[p, 1 : uniques.size].copy()
-            correct_code[p, uniques.size - 1 :] = False
+    voted = (answers != -1) & labels.astype(bool)
+    correct_code[np.nonzero(voted)[0], local[voted]] = True
     width = int(local[local < n].max(initial=-1)) + 1
     abstain = width
     local = np.where(local == n, abstain, local)
