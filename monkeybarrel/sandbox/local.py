@@ -487,7 +487,7 @@ def _mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
 
 def _remove_workdir(path: str) -> None:
     _LIBC.umount2(path.encode(), 2)  # MNT_DETACH; fails harmlessly when nothing is mounted
-    shutil.rmtree(path, onerror=_force_remove)
+    _remove_tree(path)
 
 
 _HOST_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
@@ -506,7 +506,7 @@ def _sweep_host_scratch(uid: int) -> None:
                 if entry.stat(follow_symlinks=False).st_uid != uid:
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, onerror=_force_remove)
+                    _remove_tree(entry.path)
                 else:
                     os.unlink(entry.path)
             except OSError:
@@ -643,10 +643,20 @@ def _own_process_count() -> int:
     return count
 
 
-def _force_remove(function, path, exc_info) -> None:  # pragma: no cover - only for odd permissions
-    try:
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700)
-        function(path)
-    except OSError:
-        pass
+def _remove_tree(top: str) -> None:
+    """``rmtree(top)``, making directories inside ``top`` writable where a run locked them. Permissions
+    are only ever changed inside ``top``: never on its parent (a shared directory such as the host's
+    ``/tmp``, whose mode every other user depends on)."""
+    top = os.path.abspath(top)
+
+    def force(function, path, exc_info) -> None:  # pragma: no cover - only for odd permissions
+        parent = os.path.dirname(os.path.abspath(path))
+        try:
+            if parent == top or parent.startswith(top + os.sep):
+                os.chmod(parent, 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+        except OSError:
+            pass
+
+    shutil.rmtree(top, onerror=force)
