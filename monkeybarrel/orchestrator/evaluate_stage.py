@@ -147,8 +147,11 @@ def _number(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 12)  # 1/16 from two formulas prints the same
 
 
-def to_json(metrics: dict[str, Any]) -> str:
-    """``metrics`` as strict JSON: NaN and infinities become null."""
+def to_json(metrics: dict[str, Any], compact: bool = False) -> str:
+    """``metrics`` as strict JSON: NaN and infinities become null. ``compact``: no indentation, which also
+    lets ``json`` use its C encoder (for large blobs such as report.html's data)."""
+    if compact:
+        return json.dumps(_finite(metrics), allow_nan=False, separators=(",", ":"))
     return json.dumps(_finite(metrics), indent=2, allow_nan=False)
 
 

@@ -65,7 +65,7 @@ def render_html(experiment: Experiment, metrics: dict[str, Any] | None = None, m
         problems.append(summary)
     data = {"methods": list(view.picks), "uses_labels": view.uses_labels, "verifiers": list(view.verifiers),
             "problems": problems, "total_problems": len(ids), "max_text": max_text}
-    blob = to_json(data).replace("</", "<\\/")
+    blob = to_json(data, compact=True).replace("</", "<\\/")
     plot = experiment.directory / "coverage.png"
     image = (f'<img alt="coverage and accuracy against k" src="data:image/png;base64,'
              f'{base64.b64encode(plot.read_bytes()).decode()}">' if plot.is_file() else "")
