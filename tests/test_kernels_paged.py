@@ -91,7 +91,7 @@ def test_plan_items_cover_each_groups_keys_and_rows_once():
         keys = int(groups.shared_blocks[g]) * 16
         cover = np.zeros((n_rows, keys), dtype=np.int32)
         for order_start, flat, flat_rows, lo, hi, leader, split, _ in mine:
-            assert flat_rows == n_rows and leader == groups.order[start] and split < plan.prefix_splits
+            assert flat_rows == n_rows and leader == groups.order[start] and split < plan.row_splits[leader] <= plan.shape.prefix_splits
             cover[flat:min(flat + 128, n_rows), lo:hi] += 1
         assert (cover == 1).all()
     assert plan.saved_fraction > 0.8  # 40 samples of a 2048-token prompt dominate
@@ -141,6 +141,24 @@ _INTERPRETER_SCRIPT = textwrap.dedent("""
         err = (out.float() - paged_attention_reference(q, k, v, bt, sl).float()).abs().max().item()
         print(T, Hq, Hkv, D, err)
         assert err < 2e-3, err
+    # one workspace, one batch size, plans that change from step to step (as in a replayed CUDA graph):
+    # a plan with fewer groups or splits than the last must not merge the last plan's stale partials
+    from monkeybarrel.kernels.paged_launch import PagedWorkspace
+    ws = PagedWorkspace(12, 8, 2, 64, torch.device("cpu"), block_m=16, num_sms=64)
+    for prompts, padded, seed in [([(1100, [3] * 4), (600, [2] * 3)], 5, 1), ([(900, [1] * 2)], 10, 2),
+                                  ([(40, [1]), (70, [2])], 10, 3), ([(1300, [4] * 6), (64, [1] * 2)], 4, 4)]:
+        table, lens, nb = paged_layout(prompts, block_size=16, padded=padded, seed=seed, width=100)
+        q = torch.randn(12, 8, 64, dtype=torch.float16)
+        kv = torch.randn(nb, 16, 2, 128, dtype=torch.float16)
+        k, v = kv[..., :64], kv[..., 64:]
+        bt, sl = torch.as_tensor(table), torch.as_tensor(lens)
+        plan = ws.plan(table, lens, 16)
+        step = ws.step(12)
+        step.load(plan)
+        out = step.run(q, k, v, bt, sl, 64 ** -0.5, torch.empty_like(q))
+        err = (out.float() - paged_attention_reference(q, k, v, bt, sl).float()).abs().max().item()
+        print("workspace", plan.groups.n_groups, int(plan.row_splits.max()), err)
+        assert err < 2e-3 and not out.isnan().any(), err
     print("OK")
 """)
 
@@ -185,6 +203,70 @@ def test_paged_kernel_parity_on_gpu(layout, dtype):
     err = (out.float() - ref).abs().max().item()
     print(f"paged parity layout={layout} {dtype} T={T} max_abs_err={err:.2e}")
     assert err < (2e-2 if dtype == torch.bfloat16 else 2e-3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plans_fit_the_fixed_step_shape(seed):
+    """Any grouping of a batch fits the prefix item slots of its batch size (the grid of a captured
+    CUDA graph), with per-group splits within the prefix slots."""
+    from monkeybarrel.kernels.prefix_groups import step_shape
+
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        n_prompts = int(rng.integers(1, 60))
+        prompts = [(int(rng.integers(17, 9000)), [int(x) for x in rng.integers(1, 300, size=rng.integers(1, 9))])
+                   for _ in range(n_prompts)]
+        table, lens, _ = paged_layout(prompts, padded=int(rng.integers(0, 4)), seed=seed,
+                                      system_blocks=int(rng.integers(0, 2)))
+        G, Hkv, sms = int(rng.choice([1, 4, 7, 8])), int(rng.choice([1, 2, 8])), int(rng.choice([16, 132]))
+        plan = plan_paged_decode(table, lens, 16, G, Hkv, num_sms=sms)
+        assert plan.shape == step_shape(len(lens), G, Hkv, num_sms=sms)
+        assert plan.n_items <= plan.shape.items
+        for start, leader in {(int(i[0]), int(i[5])) for i in plan.items}:
+            splits = plan.items[plan.items[:, 0] == start][:, 6]
+            members = plan.groups.order[start:plan.groups.starts[list(plan.groups.starts).index(start) + 1]]
+            assert (plan.row_splits[members] == splits.max() + 1).all() and splits.max() < plan.shape.prefix_splits
+        alone = np.setdiff1d(np.arange(len(lens)), plan.groups.order[:plan.groups.starts[-1]])
+        assert (plan.row_splits[alone] == 0).all()
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_paged_step_replayed_from_a_cuda_graph_runs_each_loaded_plan():
+    """As in vLLM's full CUDA graphs: capture one step per batch size with an empty plan, then load
+    plans of other groupings (and fewer real requests, padded rows) and replay."""
+    from monkeybarrel.kernels.paged_launch import PagedWorkspace
+
+    B, Hq, Hkv, D, W, dtype = 64, 32, 8, 64, 600, torch.bfloat16
+    ws = PagedWorkspace(B, Hq, Hkv, D, torch.device("cuda"))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    nb = 16000
+    kv = torch.randn(nb, 16, Hkv, 2 * D, generator=g, device="cuda", dtype=dtype)
+    k, v = kv[..., :D], kv[..., D:]
+    q = torch.zeros(B, Hq, D, device="cuda", dtype=dtype)
+    bt = torch.zeros(B, W, device="cuda", dtype=torch.int32)
+    sl = torch.zeros(B, device="cuda", dtype=torch.int32)
+    out = torch.zeros_like(q)
+    step = ws.step(B)
+    step.load(ws.plan(np.zeros((B, 1), np.int32), np.zeros(B, np.int32), 16))
+    step.run(q, k, v, bt, sl, D ** -0.5, out)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step.run(q, k, v, bt, sl, D ** -0.5, out)
+    for i, (prompts, padded) in enumerate([([(2048, [64] * 16)] * 4, 0), ([(7900, [9] * 40)], 24),
+                                           ([(3000 + 50 * j, [1]) for j in range(50)], 14),
+                                           ([(1500, [5] * 30), (4000, [200] * 30)], 4)]):
+        table, lens, used = paged_layout(prompts, padded=padded, seed=i, width=W)
+        assert used <= nb
+        bt.copy_(torch.as_tensor(table))
+        sl.copy_(torch.as_tensor(lens))
+        q.copy_(torch.randn(B, Hq, D, generator=g, device="cuda", dtype=dtype))
+        step.load(ws.plan(table, lens, 16))
+        graph.replay()
+        ref = paged_attention_reference(q.double(), k.double(), v.double(), bt, sl).float()
+        err = (out.float() - ref).abs().max().item()
+        print(f"graph replay {i}: groups={ws.loaded.groups.n_groups} max_abs_err={err:.2e}")
+        assert err < 2e-2 and not out.isnan().any()
 
 
 def test_plan_cache_reuses_while_the_shared_columns_hold():

@@ -45,6 +45,23 @@ def test_importing_the_kernels_package_stays_light():
     assert out.strip() == "[]"
 
 
+def test_block_table_mirror_gives_the_batch_rows_in_batch_order():
+    import numpy as np
+    import torch
+
+    device_table = torch.zeros(8, 5, dtype=torch.int32)  # stands for the runner's input block table
+    mirror = vllm_plugin._BlockTableMirror(6, 4)
+    mirror.table[:] = np.arange(24).reshape(6, 4)
+    vllm_plugin._MIRRORS[device_table.data_ptr()] = mirror
+    assert vllm_plugin.cpu_block_table(device_table, 8, 3) is None  # no batch prepared yet
+    mirror.batch = np.array([4, 0, 2], dtype=np.int32)
+    table, n = vllm_plugin.cpu_block_table(device_table, 5, 9)  # 2 padded rows; width clamped to 4
+    assert n == 3 and table.shape == (5, 4)
+    assert table[:3].tolist() == [[16, 17, 18, 19], [0, 1, 2, 3], [8, 9, 10, 11]] and not table[3:].any()
+    assert vllm_plugin.cpu_block_table(device_table, 2, 4) is None  # more requests than rows: not this table
+    assert vllm_plugin.cpu_block_table(torch.zeros(3, dtype=torch.int32), 3, 4) is None
+
+
 def test_sampler_attention_option():
     spec = GeneratorSpec(backend="vllm")
     with pytest.raises(ValueError, match="attention must be"):

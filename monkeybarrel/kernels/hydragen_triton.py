@@ -108,11 +108,12 @@ def _finish(acc, l_i, m_i):
 @triton.jit
 def _merge_rows(b, g, hkv, ok, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
                 HKV, N_PSPLITS, N_SSPLITS,
-                G: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr):
+                row_psplits, G: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr):
     """Merge every partial of rows ``(b, g)`` of KV head hkv where ``ok`` (vectors ``[R]``, int64 b;
     hkv a scalar or a vector).
 
-    Prefix partials ``OP/LP[hkv, sp, b*G+g]``, suffix partials ``OS/LS[b, hkv, ss, g]`` (log2 LSE);
+    Prefix partials ``OP/LP[hkv, sp, b*G+g]`` for ``sp < row_psplits`` (a vector ``[R]``, or
+    ``N_PSPLITS`` for all slots), suffix partials ``OS/LS[b, hkv, ss, g]`` (log2 LSE);
     writes ``OUT[b, hkv*G+g, :]`` and, if WRITE_LSE, ``LSE_OUT[b, hkv*G+g]`` (natural log).
     Partials are loaded with ``.cg`` (L2, not L1): other SMs wrote them during this launch.
     """
@@ -121,7 +122,7 @@ def _merge_rows(b, g, hkv, ok, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, 
     m = tl.full(g.shape, float("-inf"), dtype=tl.float32)
     for sp in range(N_PSPLITS):
         part = (hkv * N_PSPLITS + sp) * n_rows + rows
-        m = tl.maximum(m, tl.load(LP + part, mask=ok, other=float("-inf"), cache_modifier=".cg"))
+        m = tl.maximum(m, tl.load(LP + part, mask=ok & (sp < row_psplits), other=float("-inf"), cache_modifier=".cg"))
     for ss in range(N_SSPLITS):
         part = ((b * HKV + hkv) * N_SSPLITS + ss) * G + g
         m = tl.maximum(m, tl.load(LS + part, mask=ok, other=float("-inf"), cache_modifier=".cg"))
@@ -130,7 +131,7 @@ def _merge_rows(b, g, hkv, ok, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, 
     den = tl.zeros(g.shape, dtype=tl.float32)
     for sp in range(N_PSPLITS):
         part = (hkv * N_PSPLITS + sp) * n_rows + rows
-        lp = tl.load(LP + part, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        lp = tl.load(LP + part, mask=ok & (sp < row_psplits), other=float("-inf"), cache_modifier=".cg")
         w = tl.math.exp2(lp - m)
         o = tl.load(OP + part[:, None] * D + offs_d[None, :], mask=(ok & (lp > float("-inf")))[:, None], other=0.0,
                     cache_modifier=".cg")
@@ -168,7 +169,7 @@ def _arrive_and_merge(b, g, hkv, ok, CNT, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, 
     tl.debug_barrier()
     if tl.sum(last.to(tl.int32), axis=0) > 0:
         _merge_rows(b, g, hkv, last, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
-                    HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
+                    HKV, N_PSPLITS, N_SSPLITS, N_PSPLITS, G, D, WRITE_LSE)
         tl.store(CNT + cidx, 0, mask=last)
 
 
@@ -300,7 +301,7 @@ def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, n_out_rows, stride_ob, s
     b = (r // hq).to(tl.int64)
     h = r % hq
     _merge_rows(b, h % G, h // G, r < n_out_rows, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
-                HKV, N_PSPLITS, N_SSPLITS, G, D, WRITE_LSE)
+                HKV, N_PSPLITS, N_SSPLITS, N_PSPLITS, G, D, WRITE_LSE)
 
 
 @triton.jit
@@ -317,16 +318,14 @@ def _attend_pages(q, k_head, v_head, page_row, lo, hi, qk_scale, stride_kpage, s
 
 
 @triton.jit
-def _paged_prefix_item(pid, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, n_items, qk_scale,
+def _paged_prefix_item(item, hkv, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, qk_scale,
                        stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn, stride_vh,
                        stride_bt, NSP,
                        G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr):
-    """Prefix item ``(hkv, item)``: the item's rows ``(member, g)`` of one group against the group's
+    """Prefix item ``(item, hkv)``: the item's rows ``(member, g)`` of one group against the group's
     shared keys ``[key_lo, key_hi)`` read through the leader's block-table row; writes
     ``OP/LP[hkv, split, t*G + g]``."""
-    item = pid % n_items
-    hkv = pid // n_items
     base = ITEMS + item * 8
     order_start = tl.load(base)
     flat_start = tl.load(base + 1)
@@ -379,10 +378,10 @@ def _paged_suffix_tile(tile, Q, KC, VC, BT, SEQ_LENS, SHARED_LEN, OS, LS, qk_sca
     tl.store(LS + part, lse2, mask=g_ok)
 
 
-@triton.jit(do_not_specialize=["n_rows", "n_items", "n_prefix_programs", "NSP", "NSS"])
+@triton.jit(do_not_specialize=["n_rows", "item_slots", "NSP", "NSS"])
 def _paged_decode_kernel(
-    Q, KC, VC, BT, SEQ_LENS, ITEMS, ORDER, SHARED_LEN, OP, LP, OS, LS,
-    n_rows, n_items, n_prefix_programs, qk_scale,
+    Q, KC, VC, BT, SEQ_LENS, N_LIVE, ITEMS, ORDER, SHARED_LEN, OP, LP, OS, LS,
+    n_rows, item_slots, qk_scale,
     stride_qt, stride_qh,
     stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn, stride_vh, stride_bt,
     HKV, NSP, NSS,
@@ -391,17 +390,37 @@ def _paged_decode_kernel(
 ):
     """Shared-prefix decode over a paged KV cache (vLLM's layout), many groups in one grid.
 
-    The sizes that change from one decode step to the next are not specialised on (one compiled
-    kernel serves every step). Programs ``[0, n_prefix_programs)`` are prefix items (``_paged_prefix_item``; ``ITEMS`` rows are
-    ``prefix_groups.ITEM_FIELDS``), the rest suffix tiles (``_paged_suffix_tile``). ``_merge_kernel``
-    then merges the partials of each row.
+    The grid depends only on the batch size (``prefix_groups.step_shape``), so a CUDA graph captured
+    for a batch size replays any plan: programs ``[0, item_slots * HKV)`` are prefix item slots
+    ``(item, hkv)`` (item-major), of which the first ``N_LIVE[0]`` items hold work
+    (``_paged_prefix_item``; ``ITEMS`` rows are ``prefix_groups.ITEM_FIELDS``) and the rest return at
+    once; the rest are suffix tiles (``_paged_suffix_tile``). Nothing is specialised on the sizes (one
+    compiled kernel serves every batch size). ``_paged_merge_kernel`` then merges the partials of each row.
     """
     pid = tl.program_id(0)
+    n_prefix_programs = item_slots * HKV
     if pid < n_prefix_programs:
-        _paged_prefix_item(pid, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, n_items, qk_scale,
-                           stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn,
-                           stride_vh, stride_bt, NSP, G, D, BS, BLOCK_M, BLOCK_N)
+        item = pid // HKV
+        if item < tl.load(N_LIVE):
+            _paged_prefix_item(item, pid % HKV, Q, KC, VC, BT, ITEMS, ORDER, OP, LP, n_rows, qk_scale,
+                               stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn,
+                               stride_vh, stride_bt, NSP, G, D, BS, BLOCK_M, BLOCK_N)
     else:
         _paged_suffix_tile(pid - n_prefix_programs, Q, KC, VC, BT, SEQ_LENS, SHARED_LEN, OS, LS, qk_scale,
                            stride_qt, stride_qh, stride_kpage, stride_kn, stride_kh, stride_vpage, stride_vn,
                            stride_vh, stride_bt, HKV, NSS, G, D, BS, BLOCK_G, BLOCK_NS)
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_out_rows", "NSP", "NSS"])
+def _paged_merge_kernel(OP, LP, OS, LS, ROW_SPLITS, OUT, n_rows, n_out_rows, stride_ob, stride_oh, HKV, NSP, NSS,
+                        G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Merge the partials of BLOCK_R output rows ``r = t*Hq + h``: the prefix slots its group wrote
+    (``ROW_SPLITS[t]``) and every suffix slot."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    hq = HKV * G
+    t = (r // hq).to(tl.int64)
+    h = r % hq
+    ok = r < n_out_rows
+    splits = tl.load(ROW_SPLITS + t, mask=ok, other=0)
+    _merge_rows(t, h % G, h // G, ok, OP, LP, OS, LS, OUT, OUT, n_rows, stride_ob, stride_oh,
+                HKV, NSP, NSS, splits, G, D, False)

@@ -1,10 +1,14 @@
 """Launcher of the paged, many-group shared-prefix decode kernel (CUDA or Triton's interpreter; imports triton).
 
-One decode step over vLLM's paged KV cache: :class:`PagedStep` copies a :class:`PagedDecodePlan`
-(built on the CPU from the block table, once per step) to the device and allocates the partial
-buffers; :meth:`PagedStep.run` then issues two launches per layer, the fused prefix/suffix grid
-(``_paged_decode_kernel``) and the log-sum-exp merge (``_merge_kernel``, shared with the contiguous
-kernel). All layers of a step reuse one ``PagedStep``.
+One decode step over vLLM's paged KV cache. :class:`PagedWorkspace` owns the device buffers of every
+step an engine runs (the plan's metadata and the float32 partials, sized for the largest batch);
+:meth:`PagedWorkspace.step` gives the :class:`PagedStep` of a batch size, whose kernel arguments
+depend on nothing but that size. :meth:`PagedStep.load` copies a
+:class:`~monkeybarrel.kernels.prefix_groups.PagedDecodePlan` into the workspace (one asynchronous
+host-to-device copy, skipped while the plan is unchanged) and :meth:`PagedStep.run` issues two
+launches per layer: the fused prefix/suffix grid (``_paged_decode_kernel``) and the log-sum-exp merge
+(``_paged_merge_kernel``). So a CUDA graph captured around :meth:`PagedStep.run` for a batch size
+replays correctly for any later plan of that size that was loaded before the replay.
 """
 
 from __future__ import annotations
@@ -14,108 +18,173 @@ import torch
 import triton
 
 from .hydragen_launch import SUPPORTED_DTYPES, _interpreting, _num_sms
-from .hydragen_triton import _merge_kernel, _paged_decode_kernel
-from .prefix_groups import PagedDecodePlan, plan_paged_decode
+from .hydragen_triton import _paged_decode_kernel, _paged_merge_kernel
+from .prefix_groups import ITEM_FIELDS, PagedDecodePlan, StepShape, plan_paged_decode, step_shape
 
-__all__ = ["PagedStep", "paged_shared_prefix_decode"]
+__all__ = ["PagedWorkspace", "PagedStep", "paged_shared_prefix_decode"]
 
 _LOG2E = 1.4426950408889634
 _MERGE_ROWS = 32
+_NF = len(ITEM_FIELDS)
+
+
+class PagedWorkspace:
+    """Device buffers for decode steps of up to ``max_rows`` requests, shared by every batch size
+    (an engine runs one step at a time).
+
+    Args:
+        max_rows: the most requests in a step (vLLM's ``max_num_seqs``).
+        num_q_heads, num_kv_heads, head_dim: the attention layers' shape.
+        device: where the KV cache lives.
+        block_m: prefix tile rows; block_n: keys per step (prefix and suffix).
+        num_sms: streaming multiprocessors (default: the device's).
+
+    Buffers (float32 partials; int32 metadata): ``meta [8 + 8*items + 3*rows]`` (live item count,
+    items, order, shared_len, row_splits of the largest step) and the flat partials of
+    ``OP [Hkv, NSP, rows*G, D]``, ``LP [Hkv, NSP, rows*G]``, ``OS [rows, Hkv, NSS, G, D]``,
+    ``LS [rows, Hkv, NSS, G]`` for the largest step of each.
+    """
+
+    def __init__(self, max_rows: int, num_q_heads: int, num_kv_heads: int, head_dim: int, device: torch.device,
+                 *, block_m: int = 128, block_n: int | None = None, num_sms: int | None = None) -> None:
+        self.Hq, self.Hkv, self.D = num_q_heads, num_kv_heads, head_dim
+        self.G = num_q_heads // num_kv_heads
+        self.device = device
+        self.block_m = block_m
+        self.block_n = block_n or (64 if head_dim >= 128 else 128)
+        if num_sms is None:
+            num_sms = _num_sms(device.index or 0) if device.type == "cuda" else 132
+        self.num_sms = num_sms
+        shapes = [self.shape(rows) for rows in range(1, max_rows + 1)]
+        meta = max(8 + _NF * s.items + 3 * s.rows for s in shapes)
+        prefix = max(self.Hkv * s.prefix_splits * s.rows * self.G for s in shapes)
+        suffix = max(s.rows * self.Hkv * s.suffix_splits * self.G for s in shapes)
+        self.max_rows = max_rows
+        self.meta = torch.zeros(meta, dtype=torch.int32, device=device)
+        self.op = torch.empty(prefix * head_dim, dtype=torch.float32, device=device)
+        self.lp = torch.empty(prefix, dtype=torch.float32, device=device)
+        self.os = torch.empty(suffix * head_dim, dtype=torch.float32, device=device)
+        self.ls = torch.empty(suffix, dtype=torch.float32, device=device)
+        self._steps: dict[int, PagedStep] = {}
+        self.loaded: PagedDecodePlan | None = None  # the plan whose metadata the device buffer holds
+
+    def shape(self, rows: int) -> StepShape:
+        """The fixed sizes of a ``rows``-request step (:func:`~monkeybarrel.kernels.prefix_groups.step_shape`)."""
+        return step_shape(rows, self.G, self.Hkv, block_m=self.block_m, num_sms=self.num_sms)
+
+    def plan(self, block_table: np.ndarray, seq_lens: np.ndarray, block_size: int) -> PagedDecodePlan:
+        """:func:`~monkeybarrel.kernels.prefix_groups.plan_paged_decode` with this workspace's sizes."""
+        return plan_paged_decode(block_table, seq_lens, block_size, self.G, self.Hkv, block_m=self.block_m,
+                                 num_sms=self.num_sms)
+
+    def step(self, rows: int) -> "PagedStep":
+        """The step of a ``rows``-request batch (the same object, hence the same buffers, every time)."""
+        if not 0 < rows <= self.max_rows:
+            raise ValueError(f"a decode step of {rows} requests: this workspace holds 1..{self.max_rows}")
+        if rows not in self._steps:
+            self._steps[rows] = PagedStep(self, self.shape(rows))
+        return self._steps[rows]
 
 
 class PagedStep:
-    """A planned decode step: the plan on the device and the partial buffers, reused by every layer.
+    """The decode step of one batch size: views of the workspace and the launch arguments.
 
-    Args:
-        plan: from :func:`~monkeybarrel.kernels.prefix_groups.plan_paged_decode`.
-        num_q_heads, num_kv_heads, head_dim: the attention layers' shape.
-        device: where the KV cache lives.
-        block_m, block_n: prefix tile rows / keys per step (block_n also for the suffix keys).
+    Not built directly: :meth:`PagedWorkspace.step`.
     """
 
-    def __init__(self, plan: PagedDecodePlan, num_q_heads: int, num_kv_heads: int, head_dim: int,
-                 device: torch.device, *, block_m: int = 128, block_n: int | None = None) -> None:
-        T = len(plan.order)
-        self.plan, self.T = plan, T
-        self.Hq, self.Hkv, self.D = num_q_heads, num_kv_heads, head_dim
-        self.G = num_q_heads // num_kv_heads
-        self.block_m = block_m
-        self.block_n = block_n or (64 if head_dim >= 128 else 128)
-        packed = np.concatenate([plan.items.reshape(-1), plan.order, plan.shared_len]).astype(np.int32)
-        host = torch.from_numpy(packed)
-        if device.type == "cuda":
-            host = host.pin_memory()
-        meta = host.to(device, non_blocking=True)
-        n_items = plan.n_items
-        self.items = meta[: n_items * 8]
-        self.order = meta[n_items * 8: n_items * 8 + T]
-        self.shared_len = meta[n_items * 8 + T:]
-        n_rows = T * self.G
-        f32 = dict(device=device, dtype=torch.float32)
-        nsp, nss = plan.prefix_splits, plan.suffix_splits
-        self.op = torch.empty((num_kv_heads, nsp, n_rows, head_dim), **f32)
-        # slots no item writes (requests outside groups, groups with fewer splits) stay -inf for every layer
-        self.lp = torch.full((num_kv_heads, nsp, n_rows), float("-inf"), **f32)
-        self.os = torch.empty((T, num_kv_heads, nss, self.G, head_dim), **f32)
-        self.ls = torch.empty((T, num_kv_heads, nss, self.G), **f32)
-        self.n_prefix = n_items * num_kv_heads
-        self.n_suffix = T * num_kv_heads * nss
+    def __init__(self, ws: PagedWorkspace, shape: StepShape) -> None:
+        self.ws, self.shape, self.T = ws, shape, shape.rows
+        T, G, D, Hkv = shape.rows, ws.G, ws.D, ws.Hkv
+        items = shape.items
+        self.meta = ws.meta[: 8 + _NF * items + 3 * T]
+        self.n_live = self.meta[:1]
+        self.items = self.meta[8: 8 + _NF * items]
+        self.order = self.meta[8 + _NF * items: 8 + _NF * items + T]
+        self.shared_len = self.meta[8 + _NF * items + T: 8 + _NF * items + 2 * T]
+        self.row_splits = self.meta[8 + _NF * items + 2 * T:]
+        n_prefix = Hkv * shape.prefix_splits * T * G
+        n_suffix = T * Hkv * shape.suffix_splits * G
+        self.op, self.lp = ws.op[: n_prefix * D], ws.lp[:n_prefix]
+        self.os, self.ls = ws.os[: n_suffix * D], ws.ls[:n_suffix]
+        self.grid = items * Hkv + T * Hkv * shape.suffix_splits
+
+    def load(self, plan: PagedDecodePlan) -> None:
+        """Copy ``plan`` into the workspace (asynchronously, on the current stream; nothing to do
+        when it is the plan already there)."""
+        if plan.shape != self.shape:
+            raise ValueError(f"a plan for {plan.shape} loaded into a step of {self.shape}")
+        if self.ws.loaded is plan:
+            return
+        host = np.zeros(len(self.meta), dtype=np.int32)
+        host[0] = plan.n_items
+        items = self.shape.items
+        host[8: 8 + _NF * plan.n_items] = plan.items.reshape(-1)
+        base = 8 + _NF * items
+        T = self.T
+        host[base: base + T] = plan.order
+        host[base + T: base + 2 * T] = plan.shared_len
+        host[base + 2 * T:] = plan.row_splits
+        staged = torch.from_numpy(host)
+        if self.meta.is_cuda:
+            staged = staged.pin_memory()  # the caching host allocator keeps it until the copy is done
+        self.meta.copy_(staged, non_blocking=True)
+        self.ws.loaded = plan
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
             seq_lens: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
-        """One layer's attention for the step's ``T`` decode tokens.
+        """One layer's attention for the step's ``T`` decode tokens, with the loaded plan.
 
         Args:
             q: ``[T, Hq, D]`` queries, token ``t`` of request ``t`` (head dim contiguous).
             k_cache, v_cache: ``[num_blocks, block_size, Hkv, D]`` views of the paged cache (any
                 strides with the head dim contiguous; vLLM's K and V interleave in one tensor).
             block_table: ``[>=T, W]`` int32 physical block ids, row ``t`` for request ``t``.
-            seq_lens: ``[>=T]`` int32 tokens in each request's KV, the current token included.
+            seq_lens: ``[>=T]`` int32 tokens in each request's KV, the current token included
+                (0 for a padded row: its output is zeros).
             scale: softmax scale.
             out: ``[T, Hq, D]`` written in q's dtype.
         """
-        T, G, D = self.T, self.G, self.D
+        ws, T, G, D = self.ws, self.T, self.ws.G, self.ws.D
         if q.dtype not in SUPPORTED_DTYPES or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
             raise TypeError(f"q/k/v dtypes {q.dtype}/{k_cache.dtype}/{v_cache.dtype}: need one of bf16, fp16")
-        if q.shape[0] < T or q.shape[1:] != (self.Hq, D) or k_cache.shape[2:] != (self.Hkv, D):
+        if q.shape[0] < T or q.shape[1:] != (ws.Hq, D) or k_cache.shape[2:] != (ws.Hkv, D):
             raise ValueError(f"q {tuple(q.shape)} / k_cache {tuple(k_cache.shape)} do not match the step "
-                             f"(T={T}, Hq={self.Hq}, Hkv={self.Hkv}, D={D})")
+                             f"(T={T}, Hq={ws.Hq}, Hkv={ws.Hkv}, D={D})")
         if block_table.dtype != torch.int32 or seq_lens.dtype != torch.int32:
             raise TypeError("block_table and seq_lens must be int32")
-        bs = k_cache.shape[1]
-        n_rows = T * G
-        args = (q, k_cache, v_cache, block_table, seq_lens, self.items, self.order, self.shared_len,
-                self.op, self.lp, self.os, self.ls,
-                n_rows, max(self.plan.n_items, 1), self.n_prefix, scale * _LOG2E,
-                q.stride(0), q.stride(1),
-                k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-                v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0),
-                self.Hkv, self.plan.prefix_splits, self.plan.suffix_splits)
+        shape = self.shape
         opts = dict(num_warps=8, num_stages=2)
         if not _interpreting():
             opts["maxnreg"] = 128
-        _paged_decode_kernel[(self.n_prefix + self.n_suffix,)](
-            *args, G=G, D=D, BS=bs, BLOCK_M=self.block_m, BLOCK_N=self.block_n,
+        _paged_decode_kernel[(self.grid,)](
+            q, k_cache, v_cache, block_table, seq_lens, self.n_live, self.items, self.order, self.shared_len,
+            self.op, self.lp, self.os, self.ls,
+            T * G, shape.items, scale * _LOG2E,
+            q.stride(0), q.stride(1),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0),
+            ws.Hkv, shape.prefix_splits, shape.suffix_splits,
+            G=G, D=D, BS=k_cache.shape[1], BLOCK_M=ws.block_m, BLOCK_N=ws.block_n,
             BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_NS=64, **opts)
-        _merge_kernel[(triton.cdiv(T * self.Hq, _MERGE_ROWS),)](
-            self.op, self.lp, self.os, self.ls, out, self.lp, n_rows, T * self.Hq, out.stride(0), out.stride(1),
-            self.Hkv, self.plan.prefix_splits, self.plan.suffix_splits,
-            G=G, D=D, BLOCK_R=_MERGE_ROWS, WRITE_LSE=False, num_warps=4)
+        _paged_merge_kernel[(triton.cdiv(T * ws.Hq, _MERGE_ROWS),)](
+            self.op, self.lp, self.os, self.ls, self.row_splits, out, T * G, T * ws.Hq, out.stride(0), out.stride(1),
+            ws.Hkv, shape.prefix_splits, shape.suffix_splits, G=G, D=D, BLOCK_R=_MERGE_ROWS, num_warps=4)
         return out
 
 
 def paged_shared_prefix_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float | None = None,
-                               *, out: torch.Tensor | None = None, block_m: int = 128) -> torch.Tensor:
+                               *, out: torch.Tensor | None = None, block_m: int = 128,
+                               workspace: PagedWorkspace | None = None) -> torch.Tensor:
     """Plan (from CPU copies of ``block_table``/``seq_lens``) and run one step: the convenience path for
-    tests and benchmarks; an engine plans once per step and reuses :class:`PagedStep` across layers.
+    tests and benchmarks; an engine keeps one :class:`PagedWorkspace` and plans once per step.
 
     Returns ``out [T, Hq, D]`` with ``T = q.shape[0]``.
     """
     T, Hq, D = q.shape
     Hkv, bs = k_cache.shape[2], k_cache.shape[1]
-    plan = plan_paged_decode(block_table[:T].cpu().numpy(), seq_lens[:T].cpu().numpy(), bs, Hq // Hkv, Hkv,
-                             block_m=block_m, num_sms=_num_sms(q.device.index or 0) if q.is_cuda else 132)
-    step = PagedStep(plan, Hq, Hkv, D, q.device, block_m=block_m)
+    ws = workspace or PagedWorkspace(T, Hq, Hkv, D, q.device, block_m=block_m)
+    step = ws.step(T)
+    step.load(ws.plan(block_table[:T].cpu().numpy(), seq_lens[:T].cpu().numpy(), bs))
     out = torch.empty_like(q) if out is None else out
     return step.run(q, k_cache, v_cache, block_table, seq_lens, D ** -0.5 if scale is None else scale, out)

@@ -24,8 +24,11 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["SharedGroups", "PagedDecodePlan", "PlanCache", "find_shared_groups", "plan_paged_decode",
-           "suffix_splits", "ITEM_FIELDS"]
+__all__ = ["SharedGroups", "PagedDecodePlan", "PlanCache", "StepShape", "find_shared_groups", "plan_paged_decode",
+           "step_shape", "ITEM_FIELDS", "MAX_PREFIX_SPLITS"]
+
+MAX_PREFIX_SPLITS = 8
+"""Most chunks one group's shared keys are cut into (the prefix partial slots of every row)."""
 
 ITEM_FIELDS = ("order_start", "flat_start", "flat_rows", "key_lo", "key_hi", "leader", "split", "pad")
 """Columns of :attr:`PagedDecodePlan.items` (int32): where the group's members start in ``order``,
@@ -136,16 +139,17 @@ class PagedDecodePlan:
         so that the tiles reading one prefix chunk run side by side.
     order: ``[T]`` request indices, group members contiguous (:attr:`SharedGroups.order`).
     shared_len: ``[T]`` shared prefix tokens per request (its suffix starts there).
-    prefix_splits: partial slots per row for prefix chunks (``NSP``, max over groups).
-    suffix_splits: partial slots per row for suffix chunks (``NSS``).
+    row_splits: ``[T]`` prefix chunks of each request's group (0 outside groups): the prefix
+        partial slots of its rows that the step writes.
+    shape: the step's fixed sizes (:func:`step_shape`); ``n_items <= shape.items``.
     saved_fraction: share of the step's KV reads (per layer and head) the grouping saves.
     """
 
     items: np.ndarray
     order: np.ndarray
     shared_len: np.ndarray
-    prefix_splits: int
-    suffix_splits: int
+    row_splits: np.ndarray
+    shape: "StepShape"
     saved_fraction: float
     groups: SharedGroups
 
@@ -154,10 +158,42 @@ class PagedDecodePlan:
         return len(self.items)
 
 
+@dataclasses.dataclass(frozen=True)
+class StepShape:
+    """The sizes of a decode step over ``rows`` requests that depend on nothing but ``rows`` (and the
+    model), so that one CUDA graph captured for a batch size serves every plan of that size.
+
+    rows: requests ``T`` (padded rows included).
+    items: prefix item slots; a plan fills the first ``n_items`` and the kernel skips the rest.
+    prefix_splits: prefix partial slots per row (``NSP`` = :data:`MAX_PREFIX_SPLITS`).
+    suffix_splits: chunks each request's own keys are cut into (``NSS``).
+    """
+
+    rows: int
+    items: int
+    prefix_splits: int
+    suffix_splits: int
+
+
+def step_shape(rows: int, group_size: int, num_kv_heads: int, *, block_m: int = 128, num_sms: int = 132) -> StepShape:
+    """The fixed sizes of a ``rows``-request step (see :func:`plan_paged_decode` for the split rules).
+
+    Prefix items of any grouping fit in ``ceil(rows*G / block_m) + rows // 2 + ceil(num_sms / Hkv)``:
+    a group of ``s`` members has ``ceil(s*G / block_m) <= s*G/block_m + 1`` m tiles, there are at most
+    ``rows // 2`` groups, and splits stop once the items about fill the machine. Suffix splits: the
+    largest power of two (at most 16) for which ``rows x Hkv x NSS`` programs still fit the SMs once.
+    """
+    items = -(-rows * group_size // block_m) + rows // 2 + -(-num_sms // num_kv_heads)
+    nss = 1
+    while nss < 16 and rows * num_kv_heads * nss * 2 <= num_sms:
+        nss *= 2
+    return StepShape(rows, items, MAX_PREFIX_SPLITS, nss)
+
+
 def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size: int, group_size: int,
                       num_kv_heads: int, *, block_m: int = 128, min_chunk: int = 512, num_sms: int = 132,
                       ) -> PagedDecodePlan:
-    """Group the requests and cut the work into prefix items and suffix splits.
+    """Group the requests and cut the work into prefix items (suffix splits come from :func:`step_shape`).
 
     Args:
         block_table, seq_lens, block_size: as :func:`find_shared_groups`.
@@ -168,21 +204,24 @@ def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size:
         num_sms: streaming multiprocessors to fill.
 
     Prefix splits: until the prefix programs (items x Hkv) about fill the machine, each group's
-    shared keys are cut into equal chunks of at least ``min_chunk`` keys. Suffix splits: only when
-    ``T x Hkv`` suffix programs would leave the machine idle.
+    shared keys are cut into equal chunks of at least ``min_chunk`` keys (at most
+    :data:`MAX_PREFIX_SPLITS`).
     """
     seq_lens = np.asarray(seq_lens, dtype=np.int64)
     G = int(group_size)
+    shape = step_shape(len(seq_lens), G, num_kv_heads, block_m=block_m, num_sms=num_sms)
     groups = find_shared_groups(block_table, seq_lens, block_size)
     sizes = np.diff(groups.starts).astype(np.int64)
     shared = groups.shared_blocks.astype(np.int64) * block_size
     m_tiles = -(-sizes * G // block_m)
     base = int(m_tiles.sum()) * num_kv_heads
-    want = max(1, -(-num_sms // max(base, 1)))
+    want = min(max(1, -(-num_sms // max(base, 1))), MAX_PREFIX_SPLITS)
     splits = np.minimum(want, np.maximum(shared // min_chunk, 1)) if len(shared) else np.zeros(0, np.int64)
     chunk = -(-shared // np.maximum(splits, 1))
     per_group = m_tiles * splits
     n_items = int(per_group.sum())
+    if n_items > shape.items:  # cannot happen (see step_shape); a planner bug must not write past the buffers
+        raise AssertionError(f"{n_items} prefix items exceed the step's {shape.items} slots")
     items = np.zeros((n_items, len(ITEM_FIELDS)), dtype=np.int32)
     if n_items:
         grp = np.repeat(np.arange(len(sizes)), per_group)
@@ -196,22 +235,13 @@ def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size:
         items[:, 4] = np.minimum(lo + chunk[grp], shared[grp])
         items[:, 5] = groups.order[groups.starts[:-1][grp]]
         items[:, 6] = split
-    nss = suffix_splits(seq_lens, groups.shared_len, num_kv_heads, num_sms)
+    row_splits = np.zeros(len(seq_lens), dtype=np.int32)
+    if len(sizes):
+        row_splits[groups.order[:groups.starts[-1]]] = np.repeat(splits, sizes)
     total = int(seq_lens.sum())
-    return PagedDecodePlan(items=items, order=groups.order, shared_len=groups.shared_len,
-                           prefix_splits=int(splits.max()) if len(splits) else 1, suffix_splits=nss,
-                           saved_fraction=groups.saved_tokens(block_size) / total if total else 0.0, groups=groups)
-
-
-def suffix_splits(seq_lens: np.ndarray, shared_len: np.ndarray, num_kv_heads: int, num_sms: int) -> int:
-    """Chunks each request's own keys are cut into: more than one only when ``T x Hkv`` suffix tiles
-    would leave SMs idle and the longest suffix has at least 512 keys."""
-    T = len(seq_lens)
-    longest = int((np.asarray(seq_lens, dtype=np.int64) - shared_len).max()) if T else 0
-    nss = 1
-    while T * num_kv_heads * nss * 2 <= 2 * num_sms and longest // (nss * 2) >= 256:
-        nss *= 2
-    return nss
+    return PagedDecodePlan(items=items, order=groups.order, shared_len=groups.shared_len, row_splits=row_splits,
+                           shape=shape, saved_fraction=groups.saved_tokens(block_size) / total if total else 0.0,
+                           groups=groups)
 
 
 class PlanCache:
@@ -219,37 +249,37 @@ class PlanCache:
 
     The grouping of a batch changes only when requests join, leave or move rows: a step with the same
     number of requests whose first ``max(shared blocks, 1)`` block-table columns equal the last
-    plan's (and, when the last plan was used, the same suffix split) gets the last decision back, so a
-    steady decode costs one array compare instead of a grouping.
+    plan's gets the last plan back, so a steady decode costs one array compare instead of a grouping.
 
     Args:
-        block_size, group_size, num_kv_heads, num_sms: as :func:`plan_paged_decode`.
+        block_size, group_size, num_kv_heads, block_m, num_sms: as :func:`plan_paged_decode`.
         min_saved: smallest :attr:`PagedDecodePlan.saved_fraction` worth the shared-prefix kernel;
             below it :meth:`plan` returns None (leave the step to the engine's own attention).
     """
 
-    def __init__(self, block_size: int, group_size: int, num_kv_heads: int, *, num_sms: int = 132,
-                 min_saved: float = 0.2) -> None:
+    def __init__(self, block_size: int, group_size: int, num_kv_heads: int, *, block_m: int = 128,
+                 num_sms: int = 132, min_saved: float = 0.2) -> None:
         self.block_size, self.group_size, self.num_kv_heads = block_size, group_size, num_kv_heads
-        self.num_sms, self.min_saved = num_sms, min_saved
+        self.block_m, self.num_sms, self.min_saved = block_m, num_sms, min_saved
         self._last: tuple[PagedDecodePlan, bool, np.ndarray] | None = None
 
-    def plan(self, block_table: np.ndarray, seq_lens: np.ndarray) -> tuple[PagedDecodePlan | None, bool]:
-        """``(plan or None, reused)`` for a step's ``block_table [T, W]`` and ``seq_lens [T]``."""
+    def plan(self, block_table: np.ndarray, seq_lens: np.ndarray, *, always: bool = False,
+             ) -> tuple[PagedDecodePlan | None, bool]:
+        """``(plan or None, reused)`` for a step's ``block_table [T, W]`` and ``seq_lens [T]``; with
+        ``always`` the plan even when it saves less than ``min_saved`` (a captured CUDA graph runs
+        the kernel whatever the plan)."""
         if self._reusable(block_table, seq_lens):
             plan, use, _ = self._last
-            return (plan if use else None), True
+            return (plan if use or always else None), True
         plan = plan_paged_decode(block_table, seq_lens, self.block_size, self.group_size, self.num_kv_heads,
-                                 num_sms=self.num_sms)
+                                 block_m=self.block_m, num_sms=self.num_sms)
         use = plan.saved_fraction >= self.min_saved
         depth = max(int(plan.groups.shared_blocks.max()) if plan.groups.n_groups else 0, 1)
         self._last = (plan, use, block_table[:, :depth].copy())
-        return (plan if use else None), False
+        return (plan if use or always else None), False
 
     def _reusable(self, block_table: np.ndarray, seq_lens: np.ndarray) -> bool:
         if self._last is None:
             return False
-        plan, use, columns = self._last
-        if len(plan.order) != len(seq_lens) or not np.array_equal(block_table[:, :columns.shape[1]], columns):
-            return False
-        return not use or suffix_splits(seq_lens, plan.shared_len, self.num_kv_heads, self.num_sms) == plan.suffix_splits
+        plan, _, columns = self._last
+        return len(plan.order) == len(seq_lens) and np.array_equal(block_table[:, :columns.shape[1]], columns)

@@ -2,17 +2,23 @@
 
 Loaded by vLLM itself (``attention_backend="CUSTOM"``, registered by :mod:`.vllm_plugin`). It is
 vLLM's FlashAttention backend (same KV-cache layout, same cache writes, same prefill, chunked prefill
-and mixed batches) with one change: when a step is all one-token decodes and prefix caching has
-given requests the same physical blocks, the metadata builder groups the requests by the blocks
-they share (:func:`~monkeybarrel.kernels.prefix_groups.plan_paged_decode`, once per step on the
-CPU copy of the block table) and every layer's attention runs
-:class:`~monkeybarrel.kernels.paged_launch.PagedStep`: each group's shared blocks are read once per
-step for all its members, each request's own blocks through its own block-table row. Any other
-batch, or one where grouping saves less than ``MONKEYBARREL_MIN_SAVED`` (default 0.2) of the KV
-reads, runs FlashAttention unchanged.
+and mixed batches) with one change: a step that is all one-token decodes runs
+:class:`~monkeybarrel.kernels.paged_launch.PagedStep`. The metadata builder groups the requests by
+the physical KV blocks prefix caching made them share
+(:func:`~monkeybarrel.kernels.prefix_groups.plan_paged_decode`, on the CPU mirror of the block table,
+once per step and only when the batch changed) and copies the plan into the step's device buffers;
+every layer then reads each group's shared blocks once for all its members and each request's own
+blocks through its own block-table row.
 
-The decode attention runs outside CUDA graphs (the builder declares no full-graph support, so
-vLLM captures the rest of the model piecewise): the work list changes from step to step.
+CUDA graphs: the builder declares ``UNIFORM_SINGLE_TOKEN_DECODE``, so vLLM captures whole decode
+steps (the kernel inside) for each batch size up to its capture limit, and runs other batches
+piecewise with FlashAttention eager between the pieces. A step's launch arguments depend only on its
+batch size and its plan lives in persistent buffers, so a replay runs the plan the builder loaded
+just before it. Decode batches above the capture limit run eagerly and fall back to FlashAttention
+when grouping saves less than ``MONKEYBARREL_MIN_SAVED`` (default 0.2) of the KV reads.
+
+The block table comes from the V2 model runner's CPU mirror (vLLM 0.26's default runner; no
+synchronisation); with the V1 runner it is copied back from the GPU each step.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import logging
 import os
 import time
 
-
+import numpy as np
 from vllm.v1.attention.backend import AttentionCGSupport, AttentionType, CommonAttentionMetadata
 from vllm.v1.attention.backends.flash_attn import (
     FlashAttentionBackend,
@@ -31,8 +37,7 @@ from vllm.v1.attention.backends.flash_attn import (
     FlashAttentionMetadataBuilder,
 )
 
-from .hydragen_launch import _num_sms
-from .paged_launch import PagedStep
+from .paged_launch import PagedStep, PagedWorkspace
 from .prefix_groups import PlanCache
 from .vllm_plugin import cpu_block_table
 
@@ -40,10 +45,12 @@ __all__ = ["MonkeybarrelAttentionBackend", "MonkeybarrelMetadataBuilder", "Monke
 
 _log = logging.getLogger(__name__)
 
-STATS = {"shared_steps": 0, "fallback_steps": 0, "reused_plans": 0, "plan_seconds": 0.0, "synced_block_tables": 0}
-"""Per-process counters: decode steps served by the shared-prefix kernel, steps left to FlashAttention,
-steps that reused the previous step's plan, CPU seconds spent planning, and steps that had to copy the
-block table back from the GPU."""
+STATS = {"shared_steps": 0, "fallback_steps": 0, "graph_steps": 0, "reused_plans": 0, "plan_seconds": 0.0,
+         "synced_block_tables": 0}
+"""Per-process counters: decode steps served by the shared-prefix kernel (of which ``graph_steps`` had
+a batch size vLLM replays from a CUDA graph), eager steps left to FlashAttention, steps that reused
+the previous step's plan, CPU seconds spent planning, and steps that had to copy the block table back
+from the GPU."""
 
 
 class MonkeybarrelAttentionBackend(FlashAttentionBackend):
@@ -63,47 +70,81 @@ class MonkeybarrelAttentionBackend(FlashAttentionBackend):
 
 
 class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
-    """FlashAttention's metadata plus, for pure-decode steps with shared blocks, a planned :class:`PagedStep`."""
+    """FlashAttention's metadata plus, for pure-decode steps, a loaded :class:`PagedStep`."""
 
-    _cudagraph_support = AttentionCGSupport.NEVER
+    _cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
     supports_update_block_table = False
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
+        return cls._cudagraph_support
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        num_sms = _num_sms(device.index or 0) if device.type == "cuda" else 132
-        self.planner = PlanCache(self.block_size, self.num_heads_q // self.num_heads_kv, self.num_heads_kv,
-                                 num_sms=num_sms, min_saved=float(os.environ.get("MONKEYBARREL_MIN_SAVED", "0.2")))
-        self._step: PagedStep | None = None
+        self.workspace: PagedWorkspace | None = None
+        if self.headdim in (64, 128) and device.type == "cuda":
+            self.workspace = PagedWorkspace(vllm_config.scheduler_config.max_num_seqs, self.num_heads_q,
+                                            self.num_heads_kv, self.headdim, device)
+            ws = self.workspace
+            self.planner = PlanCache(self.block_size, ws.G, ws.Hkv, num_sms=ws.num_sms, block_m=ws.block_m,
+                                     min_saved=float(os.environ.get("MONKEYBARREL_MIN_SAVED", "0.2")))
+        # decode batches of up to this many requests are replayed from CUDA graphs: their step always runs
+        self.graph_rows = (self.max_cudagraph_size or 0) if self.use_full_cuda_graph else 0
+        self._capturing = False
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> FlashAttentionMetadata:
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
-        metadata.shared_prefix_step = self._plan(common_attn_metadata)
+        metadata.shared_prefix_step = self._step(common_attn_metadata)
         return metadata
 
-    def _plan(self, cm: CommonAttentionMetadata) -> PagedStep | None:
-        """The step's work list, or None to leave the step to FlashAttention (see :class:`PlanCache`:
-        a steady decode reuses the last plan and its device buffers)."""
-        if cm.max_query_len != 1 or cm.num_reqs == 0 or self.headdim not in (64, 128):
-            return None
-        started = time.perf_counter()
+    def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> FlashAttentionMetadata:
+        """Capture with an empty plan (the dummy batch's block table means nothing; replays load real ones)."""
+        self._capturing = True
+        try:
+            return super().build_for_cudagraph_capture(common_attn_metadata)
+        finally:
+            self._capturing = False
+
+    def _step(self, cm: CommonAttentionMetadata) -> PagedStep | None:
+        """The step with this batch's plan loaded, or None to leave the step to FlashAttention."""
         T = cm.num_reqs
-        table = cpu_block_table(cm.block_table_tensor)
-        if table is None:  # not the V1 runner's table: copy it back (waits for the GPU)
-            table = cm.block_table_tensor[:T].cpu().numpy()
-            STATS["synced_block_tables"] += 1
-        lens = cm._seq_lens_cpu if cm._seq_lens_cpu is not None else cm.seq_lens_cpu_upper_bound
-        lens = (lens if lens is not None else cm.seq_lens.cpu())[:T].numpy()
-        plan, reused = self.planner.plan(table[:T], lens)
-        if plan is None:
-            self._step = None
-        elif not reused or self._step is None:
-            self._step = PagedStep(plan, self.num_heads_q, self.num_heads_kv, self.headdim, self.device)
+        ws = self.workspace
+        if cm.max_query_len != 1 or T == 0 or ws is None or T > ws.max_rows:
+            return None
+        step = ws.step(T)
+        if self._capturing:
+            step.load(ws.plan(np.zeros((T, 1), np.int32), np.zeros(T, np.int32), self.block_size))
+            return step
+        started = time.perf_counter()
+        table, lens = self._cpu_inputs(cm)
+        in_graph = T <= self.graph_rows
+        plan, reused = self.planner.plan(table, lens, always=in_graph)
         STATS["reused_plans"] += int(reused)
         STATS["shared_steps" if plan is not None else "fallback_steps"] += 1
+        STATS["graph_steps"] += int(plan is not None and in_graph)
+        if plan is not None:
+            step.load(plan)
         STATS["plan_seconds"] += time.perf_counter() - started
         self._dump_stats()
-        return self._step
+        return step if plan is not None else None
+
+    def _cpu_inputs(self, cm: CommonAttentionMetadata) -> tuple[np.ndarray, np.ndarray]:
+        """``(block_table [T, W], seq_lens [T])`` on the CPU, padded rows zero: the V2 runner's mirror
+        and sequence-length bound when there is one, else copies from the GPU (a synchronisation)."""
+        T = cm.num_reqs
+        lens = cm.seq_lens_cpu_upper_bound
+        mirrored = None
+        if lens is not None:
+            lens = lens[:T].numpy().astype(np.int32)
+            width = -(-int(lens.max(initial=1)) // self.block_size)
+            mirrored = cpu_block_table(cm.block_table_tensor, T, width)
+        if mirrored is None:
+            STATS["synced_block_tables"] += 1
+            return cm.block_table_tensor[:T].cpu().numpy(), cm.seq_lens[:T].cpu().numpy()
+        table, n = mirrored
+        lens[n:] = 0
+        return table, lens
 
     def _dump_stats(self) -> None:
         """Write STATS to ``$MONKEYBARREL_ATTENTION_STATS`` (JSON) every 32 steps, for runs whose engine
@@ -115,7 +156,7 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
 
 
 class MonkeybarrelAttentionImpl(FlashAttentionImpl):
-    """FlashAttention's implementation; steps with a planned :class:`PagedStep` run the paged kernel."""
+    """FlashAttention's implementation; steps with a :class:`PagedStep` run the paged kernel."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
