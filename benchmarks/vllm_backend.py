@@ -61,8 +61,12 @@ def prompts_for(n_prompts: int, length: int, seed: int) -> list[list[int]]:
     return [rng.integers(100, PRESET["vocab_size"] - 100, size=length).tolist() for _ in range(n_prompts)]
 
 
-def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]) -> dict:
-    """One engine, every shape and the parity run; returns the figures (and the backend's counters)."""
+def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]], profile: str = "") -> dict:
+    """One engine, every shape and the parity run; returns the figures (and the backend's counters).
+
+    With ``profile`` (a directory), each shape's decode run is repeated under the torch profiler and
+    the engine's kernel table (self CUDA time per kernel, summed over the run) is copied to
+    ``profile/<backend>_<prompts>x<n>x<len>.txt``."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     stats_file = Path(f"/tmp/monkeybarrel_attention_stats_{backend}.json")
     stats_file.unlink(missing_ok=True)
@@ -79,6 +83,11 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
         if backend.endswith("-v1"):
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
         kwargs["attention_backend"] = "CUSTOM"
+    if profile:
+        trace_dir = Path(f"/tmp/vllm_profile_{backend}")
+        kwargs["profiler_config"] = dict(profiler="torch", torch_profiler_dir=str(trace_dir),
+                                         torch_profiler_with_stack=False, torch_profiler_use_gzip=False,
+                                         ignore_frontend=True)
     t0 = time.perf_counter()
     llm = LLM(**kwargs)
     result = {"backend": backend, "engine_start_s": round(time.perf_counter() - t0, 1), "shapes": []}
@@ -106,6 +115,15 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
             "decode_step_ms": round(1000 * (t_full - t_one) / (NEW_TOKENS - 1), 3),
             "decode_tok_s": round(seqs * (NEW_TOKENS - 1) / max(t_full - t_one, 1e-9), 1)})
         print(json.dumps(result["shapes"][-1]), flush=True)
+        if profile:
+            llm.reset_prefix_cache()
+            llm.start_profile()
+            llm.generate([{"prompt_token_ids": p} for p in prompts], full, use_tqdm=False)
+            llm.stop_profile()
+            Path(profile).mkdir(parents=True, exist_ok=True)
+            table = trace_dir / "profiler_out_0.txt"
+            if table.exists():
+                (Path(profile) / f"{backend}_{n_prompts}x{n}x{length}.txt").write_text(table.read_text())
     # greedy parity: 4 prompts x 8 requests sharing the prompt, one forced distinct last token each
     base = prompts_for(4, 1000, seed=7)
     reqs = [p + [500 + 37 * j] for p in base for j in range(8)]
@@ -144,23 +162,27 @@ def main() -> None:
     ap.add_argument("--variants", default="vllm,monkeybarrel")
     ap.add_argument("--shapes", default="", help="subset, e.g. '4x64x2048,256x1x2048'")
     ap.add_argument("--out")
+    ap.add_argument("--profile", default="", help="directory for per-shape kernel tables (torch profiler)")
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s] or SHAPES
     if args.backend:
-        print("RESULT " + json.dumps(run_backend(args.backend, args.model_dir, shapes)), flush=True)
+        print("RESULT " + json.dumps(run_backend(args.backend, args.model_dir, shapes, args.profile)), flush=True)
         return
     build_model(Path(args.model_dir))
     runs = {}
-    for backend in args.variants.split(","):
+    for variant in args.variants.split(","):  # NAME or NAME:ENV=VALUE (e.g. monkeybarrel:MONKEYBARREL_PREFIX_WAVES=4)
+        backend, _, setting = variant.partition(":")
+        env = dict(os.environ, **dict([setting.split("=", 1)])) if setting else None
         cmd = [sys.executable, __file__, "--backend", backend, "--model-dir", args.model_dir, "--shapes",
-               ",".join("x".join(map(str, s)) for s in shapes)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+               ",".join("x".join(map(str, s)) for s in shapes),
+               "--profile", str(Path(args.profile) / variant.replace(":", "_")) if args.profile else ""]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
-            print(f"{backend} run failed (exit {proc.returncode})", flush=True)
+            print(f"{variant} run failed (exit {proc.returncode})", flush=True)
             continue
-        runs[backend] = json.loads(line[len("RESULT "):])
+        runs[variant] = json.loads(line[len("RESULT "):]) | {"backend": variant}
         if args.out:  # after every engine, so a cut-off run keeps what it measured
             Path(args.out).write_text(json.dumps({"runs": runs}, indent=1))
     report = {"runs": {k: {kk: vv for kk, vv in v.items() if kk != "greedy"} for k, v in runs.items()},

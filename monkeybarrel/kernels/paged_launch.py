@@ -38,6 +38,7 @@ class PagedWorkspace:
         device: where the KV cache lives.
         block_m: prefix tile rows; block_n: keys per step (prefix and suffix).
         num_sms: streaming multiprocessors (default: the device's).
+        prefix_waves: see :func:`~monkeybarrel.kernels.prefix_groups.plan_paged_decode`.
 
     Buffers (float32 partials; int32 metadata): ``meta [8 + 8*items + 3*rows]`` (live item count,
     items, order, shared_len, row_splits of the largest step) and the flat partials of
@@ -46,7 +47,8 @@ class PagedWorkspace:
     """
 
     def __init__(self, max_rows: int, num_q_heads: int, num_kv_heads: int, head_dim: int, device: torch.device,
-                 *, block_m: int = 128, block_n: int | None = None, num_sms: int | None = None) -> None:
+                 *, block_m: int = 128, block_n: int | None = None, num_sms: int | None = None,
+                 prefix_waves: int = 1) -> None:
         self.Hq, self.Hkv, self.D = num_q_heads, num_kv_heads, head_dim
         self.G = num_q_heads // num_kv_heads
         self.device = device
@@ -54,7 +56,7 @@ class PagedWorkspace:
         self.block_n = block_n or (64 if head_dim >= 128 else 128)
         if num_sms is None:
             num_sms = _num_sms(device.index or 0) if device.type == "cuda" else 132
-        self.num_sms = num_sms
+        self.num_sms, self.prefix_waves = num_sms, prefix_waves
         shapes = [self.shape(rows) for rows in range(1, max_rows + 1)]
         meta = max(8 + _NF * s.items + 3 * s.rows for s in shapes)
         prefix = max(self.Hkv * s.prefix_splits * s.rows * self.G for s in shapes)
@@ -70,12 +72,13 @@ class PagedWorkspace:
 
     def shape(self, rows: int) -> StepShape:
         """The fixed sizes of a ``rows``-request step (:func:`~monkeybarrel.kernels.prefix_groups.step_shape`)."""
-        return step_shape(rows, self.G, self.Hkv, block_m=self.block_m, num_sms=self.num_sms)
+        return step_shape(rows, self.G, self.Hkv, block_m=self.block_m, num_sms=self.num_sms,
+                          prefix_waves=self.prefix_waves)
 
     def plan(self, block_table: np.ndarray, seq_lens: np.ndarray, block_size: int) -> PagedDecodePlan:
         """:func:`~monkeybarrel.kernels.prefix_groups.plan_paged_decode` with this workspace's sizes."""
         return plan_paged_decode(block_table, seq_lens, block_size, self.G, self.Hkv, block_m=self.block_m,
-                                 num_sms=self.num_sms)
+                                 num_sms=self.num_sms, prefix_waves=self.prefix_waves)
 
     def step(self, rows: int) -> "PagedStep":
         """The step of a ``rows``-request batch (the same object, hence the same buffers, every time)."""

@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["SharedGroups", "PagedDecodePlan", "PlanCache", "StepShape", "find_shared_groups", "plan_paged_decode",
            "step_shape", "ITEM_FIELDS", "MAX_PREFIX_SPLITS"]
 
-MAX_PREFIX_SPLITS = 8
+MAX_PREFIX_SPLITS = 16
 """Most chunks one group's shared keys are cut into (the prefix partial slots of every row)."""
 
 ITEM_FIELDS = ("order_start", "flat_start", "flat_rows", "key_lo", "key_hi", "leader", "split", "pad")
@@ -175,15 +175,16 @@ class StepShape:
     suffix_splits: int
 
 
-def step_shape(rows: int, group_size: int, num_kv_heads: int, *, block_m: int = 128, num_sms: int = 132) -> StepShape:
+def step_shape(rows: int, group_size: int, num_kv_heads: int, *, block_m: int = 128, num_sms: int = 132,
+               prefix_waves: int = 1) -> StepShape:
     """The fixed sizes of a ``rows``-request step (see :func:`plan_paged_decode` for the split rules).
 
-    Prefix items of any grouping fit in ``ceil(rows*G / block_m) + rows // 2 + ceil(num_sms / Hkv)``:
+    Prefix items of any grouping fit in ``ceil(rows*G / block_m) + rows // 2 + ceil(waves*num_sms / Hkv)``:
     a group of ``s`` members has ``ceil(s*G / block_m) <= s*G/block_m + 1`` m tiles, there are at most
-    ``rows // 2`` groups, and splits stop once the items about fill the machine. Suffix splits: the
+    ``rows // 2`` groups, and splits stop once the items about fill the machine ``waves`` times. Suffix splits: the
     largest power of two (at most 16) for which ``rows x Hkv x NSS`` programs still fit the SMs once.
     """
-    items = -(-rows * group_size // block_m) + rows // 2 + -(-num_sms // num_kv_heads)
+    items = -(-rows * group_size // block_m) + rows // 2 + -(-prefix_waves * num_sms // num_kv_heads)
     nss = 1
     while nss < 16 and rows * num_kv_heads * nss * 2 <= num_sms:
         nss *= 2
@@ -192,7 +193,7 @@ def step_shape(rows: int, group_size: int, num_kv_heads: int, *, block_m: int = 
 
 def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size: int, group_size: int,
                       num_kv_heads: int, *, block_m: int = 128, min_chunk: int = 512, num_sms: int = 132,
-                      ) -> PagedDecodePlan:
+                      prefix_waves: int = 1) -> PagedDecodePlan:
     """Group the requests and cut the work into prefix items (suffix splits come from :func:`step_shape`).
 
     Args:
@@ -202,20 +203,22 @@ def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size:
         block_m: query rows ``(member, head in group)`` per prefix tile.
         min_chunk: fewest keys per prefix split.
         num_sms: streaming multiprocessors to fill.
+        prefix_waves: how many times the prefix programs should fill the SMs (more, smaller programs
+            balance better; each split adds a partial to merge).
 
-    Prefix splits: until the prefix programs (items x Hkv) about fill the machine, each group's
+    Prefix splits: until the prefix programs (items x Hkv) about fill the machine ``prefix_waves`` times, each group's
     shared keys are cut into equal chunks of at least ``min_chunk`` keys (at most
     :data:`MAX_PREFIX_SPLITS`).
     """
     seq_lens = np.asarray(seq_lens, dtype=np.int64)
     G = int(group_size)
-    shape = step_shape(len(seq_lens), G, num_kv_heads, block_m=block_m, num_sms=num_sms)
+    shape = step_shape(len(seq_lens), G, num_kv_heads, block_m=block_m, num_sms=num_sms, prefix_waves=prefix_waves)
     groups = find_shared_groups(block_table, seq_lens, block_size)
     sizes = np.diff(groups.starts).astype(np.int64)
     shared = groups.shared_blocks.astype(np.int64) * block_size
     m_tiles = -(-sizes * G // block_m)
     base = int(m_tiles.sum()) * num_kv_heads
-    want = min(max(1, -(-num_sms // max(base, 1))), MAX_PREFIX_SPLITS)
+    want = min(max(1, -(-prefix_waves * num_sms // max(base, 1))), MAX_PREFIX_SPLITS)
     splits = np.minimum(want, np.maximum(shared // min_chunk, 1)) if len(shared) else np.zeros(0, np.int64)
     chunk = -(-shared // np.maximum(splits, 1))
     per_group = m_tiles * splits
@@ -252,15 +255,15 @@ class PlanCache:
     plan's gets the last plan back, so a steady decode costs one array compare instead of a grouping.
 
     Args:
-        block_size, group_size, num_kv_heads, block_m, num_sms: as :func:`plan_paged_decode`.
+        block_size, group_size, num_kv_heads, block_m, num_sms, prefix_waves: as :func:`plan_paged_decode`.
         min_saved: smallest :attr:`PagedDecodePlan.saved_fraction` worth the shared-prefix kernel;
             below it :meth:`plan` returns None (leave the step to the engine's own attention).
     """
 
     def __init__(self, block_size: int, group_size: int, num_kv_heads: int, *, block_m: int = 128,
-                 num_sms: int = 132, min_saved: float = 0.2) -> None:
+                 num_sms: int = 132, prefix_waves: int = 1, min_saved: float = 0.2) -> None:
         self.block_size, self.group_size, self.num_kv_heads = block_size, group_size, num_kv_heads
-        self.block_m, self.num_sms, self.min_saved = block_m, num_sms, min_saved
+        self.block_m, self.num_sms, self.prefix_waves, self.min_saved = block_m, num_sms, prefix_waves, min_saved
         self._last: tuple[PagedDecodePlan, bool, np.ndarray] | None = None
 
     def plan(self, block_table: np.ndarray, seq_lens: np.ndarray, *, always: bool = False,
@@ -272,7 +275,7 @@ class PlanCache:
             plan, use, _ = self._last
             return (plan if use or always else None), True
         plan = plan_paged_decode(block_table, seq_lens, self.block_size, self.group_size, self.num_kv_heads,
-                                 block_m=self.block_m, num_sms=self.num_sms)
+                                 block_m=self.block_m, num_sms=self.num_sms, prefix_waves=self.prefix_waves)
         use = plan.saved_fraction >= self.min_saved
         depth = max(int(plan.groups.shared_blocks.max()) if plan.groups.n_groups else 0, 1)
         self._last = (plan, use, block_table[:, :depth].copy())
