@@ -31,8 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SHAPES = [  # (prompts, n, prompt_len); the last one shares nothing
-    (1, 256, 2048), (4, 64, 2048), (16, 16, 2048), (1, 256, 7900), (4, 64, 7900), (256, 1, 2048)]
+SHAPES = [  # (prompts, n, prompt_len); 256 x 1 shares nothing; 4 x 64 x 32 has next to no KV to read: the
+    # engine's floor (its step time without attention traffic: CPU per step, or the rest of the model)
+    (1, 256, 2048), (4, 64, 2048), (16, 16, 2048), (1, 256, 7900), (4, 64, 7900), (256, 1, 2048), (4, 64, 32)]
 NEW_TOKENS = 256
 PRESET = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
               num_key_value_heads=8, head_dim=64, vocab_size=32000, max_position_embeddings=8192)
@@ -61,10 +62,11 @@ def prompts_for(n_prompts: int, length: int, seed: int) -> list[list[int]]:
     return [rng.integers(100, PRESET["vocab_size"] - 100, size=length).tolist() for _ in range(n_prompts)]
 
 
-def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]], profile: str = "") -> dict:
+def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]], profile: str = "",
+                profile_shapes: tuple = ()) -> dict:
     """One engine, every shape and the parity run; returns the figures (and the backend's counters).
 
-    With ``profile`` (a directory), each shape's decode run is repeated under the torch profiler and
+    With ``profile`` (a directory), each shape in ``profile_shapes`` has its decode run repeated under the torch profiler and
     the engine's kernel table (self CUDA time per kernel, summed over the run) is copied to
     ``profile/<backend>_<prompts>x<n>x<len>.txt``."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
@@ -115,7 +117,7 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
             "decode_step_ms": round(1000 * (t_full - t_one) / (NEW_TOKENS - 1), 3),
             "decode_tok_s": round(seqs * (NEW_TOKENS - 1) / max(t_full - t_one, 1e-9), 1)})
         print(json.dumps(result["shapes"][-1]), flush=True)
-        if profile:
+        if profile and (n_prompts, n, length) in profile_shapes:
             llm.reset_prefix_cache()
             llm.start_profile()
             llm.generate([{"prompt_token_ids": p} for p in prompts], full, use_tqdm=False)
@@ -163,10 +165,12 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="subset, e.g. '4x64x2048,256x1x2048'")
     ap.add_argument("--out")
     ap.add_argument("--profile", default="", help="directory for per-shape kernel tables (torch profiler)")
+    ap.add_argument("--profile-shapes", default="4x64x2048,4x64x7900")
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s] or SHAPES
+    profile_shapes = tuple(tuple(int(x) for x in s.split("x")) for s in args.profile_shapes.split(",") if s)
     if args.backend:
-        print("RESULT " + json.dumps(run_backend(args.backend, args.model_dir, shapes, args.profile)), flush=True)
+        print("RESULT " + json.dumps(run_backend(args.backend, args.model_dir, shapes, args.profile, profile_shapes)), flush=True)
         return
     build_model(Path(args.model_dir))
     runs = {}
@@ -175,7 +179,8 @@ def main() -> None:
         env = dict(os.environ, **dict([setting.split("=", 1)])) if setting else None
         cmd = [sys.executable, __file__, "--backend", backend, "--model-dir", args.model_dir, "--shapes",
                ",".join("x".join(map(str, s)) for s in shapes),
-               "--profile", str(Path(args.profile) / variant.replace(":", "_")) if args.profile else ""]
+               "--profile-shapes", args.profile_shapes,
+               "--profile", str(Path(args.profile) / variant.replace(":", "_").replace("=", "_")) if args.profile else ""]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:

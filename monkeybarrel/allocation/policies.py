@@ -182,7 +182,7 @@ class Difficulty(AllocationPolicy):
     needs_checker = True
     stops_when_solved = True
 
-    def __init__(self, round_fraction: float = 0.05, blocks: int = 48, em_iterations: int = 10,
+    def __init__(self, round_fraction: float = 0.02, blocks: int = 48, em_iterations: int = 3,
                  cell_spread: float = 3.0) -> None:
         if not 0.0 < round_fraction <= 1.0:
             raise ValueError(f"round_fraction must lie in (0, 1], got {round_fraction}")
@@ -192,15 +192,24 @@ class Difficulty(AllocationPolicy):
         self.cell_spread = cell_spread
         self._model: DifficultyModel | None = None
 
+    def model(self, shape: tuple[int, int]) -> DifficultyModel:
+        """The model of the ``[G, P]`` cells' pass rates, kept between rounds (EM is warm-started).
+
+        Anything with ``fit(drawn, passed, iterations)`` and ``expected_gain(g, problems, more)`` will
+        do: a subclass may supply another model (``allocation.ceiling`` does).
+        """
+        if self._model is None or self._model.shape != shape:
+            self._model = DifficultyModel(*shape, cell_spread=self.cell_spread)
+        return self._model
+
     def grant(self, state: AllocationState) -> np.ndarray:
         solved, room = state.solved, state.room
         active = ~solved & (room > 0)
         grants = np.zeros(room.shape, dtype=np.int64)
         if not active.any() or (state.budget_left <= 0).all():
             return grants
-        if self._model is None or self._model.shape != room.shape:
-            self._model = DifficultyModel(*room.shape, cell_spread=self.cell_spread)
-        self._model.fit(state.drawn, state.passed, iterations=self.em_iterations)
+        model = self.model(room.shape)
+        model.fit(state.drawn, state.passed, iterations=self.em_iterations)
         total_budget = state.budget_left + state.drawn.sum(axis=1)
         for g in range(room.shape[0]):
             cells = np.flatnonzero(active[g])
@@ -208,10 +217,10 @@ class Difficulty(AllocationPolicy):
             if cells.size == 0 or left <= 0:
                 continue
             spend = min(left, max(int(np.ceil(self.round_fraction * total_budget[g])), cells.size))
-            grants[g, cells] = self._greedy(g, cells, room[g, cells], spend)
+            grants[g, cells] = self._greedy(model, g, cells, room[g, cells], spend)
         return grants
 
-    def _greedy(self, g: int, cells: np.ndarray, room: np.ndarray, spend: int) -> np.ndarray:
+    def _greedy(self, model, g: int, cells: np.ndarray, room: np.ndarray, spend: int) -> np.ndarray:
         """Samples per cell maximising the summed expected coverage gain with ``spend`` samples.
 
         Each cell's gain is concave in its samples, so taking blocks in order of gain per sample
@@ -221,7 +230,7 @@ class Difficulty(AllocationPolicy):
         steps = np.linspace(0.0, 1.0, self.blocks + 1)[1:] ** 2  # finer blocks at few samples
         levels = np.maximum(np.round(steps[None, :] * top[:, None]), 1).astype(np.int64)  # [C, K]
         levels = np.maximum.accumulate(levels, axis=1)
-        gain = self._model.expected_gain(g, cells, levels)  # [C, K] P(solved within m more)
+        gain = model.expected_gain(g, cells, levels)  # [C, K] P(solved within m more)
         cost = np.diff(levels, axis=1, prepend=0)
         delta = np.diff(gain, axis=1, prepend=0.0)
         rate = np.where(cost > 0, delta / np.maximum(cost, 1), -np.inf)

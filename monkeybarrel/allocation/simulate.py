@@ -9,6 +9,7 @@ accuracy) each policy reaches at equal compute.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,15 +61,21 @@ class ReplayResult:
 
 
 def replay(policy: AllocationPolicy, outcomes: RecordedOutcomes, budget: int | np.ndarray | None = None,
-           orders: int = 8, seed: int = 0, max_rounds: int = 10_000) -> ReplayResult:
+           orders: int = 8, seed: int = 0, max_rounds: int = 10_000, pooled: bool = True) -> ReplayResult:
     """Run ``policy`` on ``orders`` random orders of the recorded samples.
 
+    Each order starts from a fresh copy of ``policy``: a warm start carried over from the previous
+    order (``difficulty``'s fitted prior) would leak what that order drew from the same samples.
+
     Args:
-        policy: the policy (a fresh copy per order is not needed: policies keep only warm starts).
+        policy: the policy (copied, never changed).
         outcomes: the recorded samples.
         budget: samples per generator (int or ``[G]``); None = everything recorded.
         orders: random sample orders to average over.
         seed: seed of the orders.
+        pooled: False replays each generator on its own (a fresh policy that sees only that
+            generator's draws, in the same random orders): G separate experiments instead of one
+            experiment with G generators.
 
     Returns:
         The averaged ``ReplayResult``.
@@ -80,7 +87,12 @@ def replay(policy: AllocationPolicy, outcomes: RecordedOutcomes, budget: int | n
     samples, coverage, majority, drawn_all = [], [], [], []
     for _ in range(orders):
         correct, answers = _shuffle(outcomes, rng)
-        drawn = draw(policy, correct, answers, outcomes.available, budget_g, max_rounds)
+        if pooled:
+            drawn = draw(copy.deepcopy(policy), correct, answers, outcomes.available, budget_g, max_rounds)
+        else:
+            drawn = np.concatenate([
+                draw(copy.deepcopy(policy), correct[g:g + 1], None if answers is None else answers[g:g + 1],
+                     outcomes.available[g:g + 1], budget_g[g:g + 1], max_rounds) for g in range(G)])
         passed = _prefix_count(np.cumsum(correct, axis=2, dtype=np.int32), drawn)
         samples.append(drawn.sum(axis=1))
         coverage.append((passed > 0).mean(axis=1))
