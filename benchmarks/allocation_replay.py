@@ -3,18 +3,25 @@
 Three inputs:
 
 * ``pythia``: Large Language Monkeys' Pythia MATH outcomes (7 models x 128 problems x 10,000 samples).
-  Each policy runs with a budget of a fraction of uniform's 1,280,000 samples per model (the seven
-  models run together: ``difficulty`` learns across them from what it has drawn); the figure is the
-  share of uniform's 10,000-sample coverage kept, mean over models, averaged over random orders.
+  Each policy runs with a budget of a fraction of uniform's 1,280,000 samples per model; the figure is
+  the share of uniform's 10,000-sample coverage kept, mean over models, averaged over random orders.
+  ``difficulty`` runs the seven models as one experiment with seven generators (it learns across
+  them from what it has drawn) and, as ``difficulty (per model)``, as seven separate experiments.
+  The two ``ceiling: peeks`` rows are no policy: ``difficulty``'s rounds with a prior made of the
+  other problems' recorded pass rates (``monkeybarrel.allocation.ceiling``), a yardstick for what
+  learning across problems could buy at best.
 * ``store DIR``: any experiment's store: every policy at budgets 1, 2, 4, ... samples per problem.
-* ``real DIR``: a store whose problems all have ``--samples`` samples: the majority-vote accuracy of
-  ``confident_majority`` (from the store's ``allocation.parquet`` when the run used that policy,
-  else replayed on the samples in index order) against uniform majority@samples, with paired
-  bootstrap intervals over problems and the share of samples saved.
+* ``real DIR``: the majority-vote accuracy of ``confident_majority`` (from the store's
+  ``allocation.parquet`` when the run used that policy, else replayed on the samples in index order
+  at each ``--threshold``) against uniform majority@samples (of DIR's samples, or of the store
+  ``--uniform DIR2`` of the same problems), with paired bootstrap intervals over problems and the
+  share of samples saved.
 
-    python benchmarks/allocation_replay.py pythia [--orders 20] [--fractions 0.1 0.25 0.5] [--out DIR]
+    python benchmarks/allocation_replay.py pythia [--orders 20] [--difficulty-orders 8] [--fractions 0.1 0.25 0.5]
+        [--no-ceiling] [--out DIR]
     python benchmarks/allocation_replay.py store runs/demo
-    python benchmarks/allocation_replay.py real runs/arith_alloc --samples 16
+    python benchmarks/allocation_replay.py real runs/gsm8k_uniform --samples 16 --threshold 0.8 0.9 0.95
+    python benchmarks/allocation_replay.py real runs/gsm8k_cm --uniform runs/gsm8k_uniform
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from monkeybarrel.allocation import ConfidentMajority, Difficulty, Uniform, UntilSolved
+from monkeybarrel.allocation.ceiling import PeekingCeiling
 from monkeybarrel.allocation.equal_compute import equal_compute_table, outcomes_from_selection
 from monkeybarrel.allocation.simulate import RecordedOutcomes, draw, majority_correct, replay
 from monkeybarrel.core.intervals import bootstrap_ci, paired_difference_ci
@@ -40,6 +48,18 @@ from monkeybarrel.orchestrator.experiment import Experiment
 PYTHIA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "llmonk" / "pythia_math_individual_outcomes.parquet"
 
 
+def pythia_arms(outcomes: RecordedOutcomes, args: argparse.Namespace) -> list[tuple[str, object, bool, int]]:
+    """``(name, policy, pooled, orders)`` per row; the two ceilings (which peek) unless ``--no-ceiling``."""
+    arms = [("uniform", Uniform(), True, args.orders), ("until_solved", UntilSolved(), True, args.orders),
+            ("difficulty", Difficulty(), True, args.difficulty_orders),
+            ("difficulty (per model)", Difficulty(), False, args.difficulty_orders)]
+    if args.ceiling:
+        arms += [("ceiling: peeks (pooled)", PeekingCeiling.from_outcomes(outcomes), True, args.difficulty_orders),
+                 ("ceiling: peeks (per model)", PeekingCeiling.from_outcomes(outcomes, pooled=False), True,
+                  args.difficulty_orders)]
+    return arms
+
+
 def pythia(args: argparse.Namespace) -> dict:
     blocks = read_outcomes_parquet(args.data)
     outcomes = RecordedOutcomes(np.stack([b.correct for b in blocks]), np.stack([b.n_samples for b in blocks]),
@@ -49,18 +69,18 @@ def pythia(args: argparse.Namespace) -> dict:
     print(f"{args.data}: {G} models x {P} problems x {N} samples; uniform coverage at {N}: "
           + ", ".join(f"{m} {100 * c:.1f}%" for m, c in zip(outcomes.generators, full)))
     rows = []
-    policies = {"uniform": Uniform(), "until_solved": UntilSolved(), "difficulty": Difficulty()}
     print(f"\n| budget | policy | coverage kept (mean of {G} models, %) | per model (%) | s |")
     print("|---:|---|---:|---|---:|")
     for fraction in args.fractions:
-        for name, policy in policies.items():
+        for name, policy, pooled, orders in pythia_arms(outcomes, args):
             started = time.perf_counter()
-            orders = args.orders if name != "difficulty" else args.difficulty_orders
-            result = replay(policy, outcomes, int(fraction * P * N), orders=orders, seed=args.seed)
+            result = replay(policy, outcomes, int(fraction * P * N), orders=orders, seed=args.seed, pooled=pooled)
             kept = result.coverage / full
             seconds = time.perf_counter() - started
-            rows.append({"fraction": fraction, "policy": name, "orders": orders, "kept": float(kept.mean()),
+            rows.append({"fraction": fraction, "policy": name, "orders": orders, "pooled": pooled,
+                         "kept": float(kept.mean()),
                          "kept_per_model": dict(zip(outcomes.generators, kept.round(4).tolist())),
+                         "kept_per_order": (result.coverage_per_order / full).mean(axis=1).round(4).tolist(),
                          "coverage": float(result.coverage.mean()), "seconds": round(seconds, 1)})
             print(f"| {100 * fraction:g}% | {name} | {100 * kept.mean():.1f} | "
                   f"{' '.join(f'{100 * k:.0f}' for k in kept)} | {seconds:.0f} |", flush=True)
@@ -91,44 +111,66 @@ def _interval(bounds) -> str:
     return f"[{100 * low:.1f}, {100 * high:.1f}]"
 
 
-def real(args: argparse.Namespace) -> dict:
-    experiment = Experiment(args.directory)
-    outcomes = outcomes_from_selection(experiment.selection_data(), experiment.labels_array())
-    G, P, N = outcomes.shape
-    if (outcomes.available < args.samples).any():
-        raise SystemExit(f"{args.directory}: every problem needs {args.samples} samples for uniform majority@"
-                         f"{args.samples}; some have {int(outcomes.available.min())}")
+def _store_outcomes(directory: Path) -> tuple[RecordedOutcomes, list[str]]:
+    """A store's samples as outcomes, with its problem ids in the outcomes' order."""
+    experiment = Experiment(directory)
     data = experiment.selection_data()
-    ledger_path = Path(args.directory) / "allocation.parquet"
-    if args.ledger or ledger_path.is_file():
-        ledger = pq.read_table(args.ledger or ledger_path).to_pylist()
-        final = {}
-        for row in ledger:
-            final[(row["generator_id"], row["problem_id"])] = row["target"]
-        problems = [str(p) for p in data.problems]
-        generators = outcomes.generators
-        drawn = np.array([[final[(g, p)] for p in problems] for g in generators])
-        source = f"the run's own allocation ({ledger_path.name})"
-    else:
-        policy = ConfidentMajority(threshold=args.threshold, round_size=args.round_size)
-        drawn = draw(policy, outcomes.correct, outcomes.answers, outcomes.available, outcomes.available.sum(axis=1))
-        source = f"confident_majority(threshold={args.threshold}, round_size={args.round_size}) replayed in sample order"
+    return outcomes_from_selection(data, experiment.labels_array()), [str(p) for p in data.problems]
+
+
+def _ledger_drawn(path: Path, generators: tuple[str, ...], problems: list[str]) -> np.ndarray:
+    """``[G, P]`` final target per cell in an ``allocation.parquet`` ledger (its last round's)."""
+    final = {(row["generator_id"], row["problem_id"]): row["target"] for row in pq.read_table(path).to_pylist()}
+    return np.array([[final.get((g, p), 0) for p in problems] for g in generators])
+
+
+def real(args: argparse.Namespace) -> dict:
+    outcomes, problems = _store_outcomes(args.directory)
+    G, P, N = outcomes.shape
+    baseline, base_problems = (outcomes, problems) if args.uniform is None else _store_outcomes(args.uniform)
+    if sorted(base_problems) != sorted(problems) or baseline.shape[0] != G:
+        raise SystemExit(f"{args.uniform}: not the same generators and problems as {args.directory}")
+    align = np.array([base_problems.index(p) for p in problems])
+    base_correct, base_answers = baseline.correct[:, align], baseline.answers[:, align]
+    if (baseline.available[:, align] < args.samples).any():
+        raise SystemExit(f"{args.uniform or args.directory}: every problem needs {args.samples} samples for uniform "
+                         f"majority@{args.samples}; some have {int(baseline.available.min())} (pass --uniform DIR, a "
+                         "store of the same problems sampled uniformly)")
     uniform_drawn = np.full((G, P), args.samples)
-    adaptive_right = majority_correct(outcomes.correct, outcomes.answers, drawn).reshape(-1).astype(float)
-    uniform_right = majority_correct(outcomes.correct, outcomes.answers, uniform_drawn).reshape(-1).astype(float)
-    u, a = bootstrap_ci(np.stack([uniform_right, adaptive_right], axis=1), args.bootstrap, args.seed)
-    difference = paired_difference_ci(uniform_right, adaptive_right, args.bootstrap, args.seed)
-    share = drawn.sum() / uniform_drawn.sum()
-    print(f"{args.directory}: {P} problems; confident_majority from {source}")
-    print("| arm | samples | share of uniform | majority accuracy (%) | 95% bootstrap interval |")
-    print("|---|---:|---:|---:|---|")
-    print(f"| uniform majority@{args.samples} | {uniform_drawn.sum()} | 100% | {100 * uniform_right.mean():.1f} | {_interval(u)} |")
-    print(f"| confident_majority | {drawn.sum()} | {100 * share:.0f}% | {100 * adaptive_right.mean():.1f} | {_interval(a)} |")
-    print(f"| difference (adaptive - uniform) | | | {100 * (adaptive_right.mean() - uniform_right.mean()):+.1f} | {_interval(difference)} |")
-    return {"problems": P, "source": source, "samples_adaptive": int(drawn.sum()), "samples_uniform": int(uniform_drawn.sum()),
-            "share": float(share), "accuracy_adaptive": float(adaptive_right.mean()),
-            "accuracy_uniform": float(uniform_right.mean()), "interval_adaptive": a.tolist(),
-            "interval_uniform": u.tolist(), "interval_difference": list(difference), "drawn": drawn.tolist()}
+    uniform_right = majority_correct(base_correct, base_answers, uniform_drawn).reshape(-1).astype(float)
+    ledger_path = args.ledger or Path(args.directory) / "allocation.parquet"
+    arms: list[tuple[str, np.ndarray]] = []
+    if ledger_path.is_file():
+        arms.append((f"confident_majority (the run's own allocation, {ledger_path.name})",
+                     _ledger_drawn(ledger_path, outcomes.generators, problems)))
+    else:
+        for threshold in args.threshold:
+            policy = ConfidentMajority(threshold=threshold, round_size=args.round_size)
+            arms.append((f"confident_majority@{threshold:g} (rounds of {args.round_size}, replayed in sample order)",
+                         draw(policy, outcomes.correct, outcomes.answers, outcomes.available,
+                              outcomes.available.sum(axis=1))))
+    right = [majority_correct(outcomes.correct, outcomes.answers, drawn).reshape(-1).astype(float) for _, drawn in arms]
+    intervals = bootstrap_ci(np.stack([uniform_right, *right], axis=1), args.bootstrap, args.seed)
+    baseline_name = "the same samples" if args.uniform is None else f"{args.uniform} (its own samples)"
+    print(f"{args.directory}: {P} problems; uniform majority@{args.samples} from {baseline_name}")
+    print("| arm | samples | per problem | share of uniform | majority accuracy (%) | 95% bootstrap interval |")
+    print("|---|---:|---:|---:|---:|---|")
+    print(f"| uniform majority@{args.samples} | {uniform_drawn.sum()} | {args.samples} | 100% | "
+          f"{100 * uniform_right.mean():.1f} | {_interval(intervals[0])} |")
+    rows = []
+    for (name, drawn), arm_right, interval in zip(arms, right, intervals[1:]):
+        difference = paired_difference_ci(uniform_right, arm_right, args.bootstrap, args.seed)
+        share = drawn.sum() / uniform_drawn.sum()
+        print(f"| {name} | {drawn.sum()} | {drawn.mean():.2f} | {100 * share:.0f}% | {100 * arm_right.mean():.1f} | "
+              f"{_interval(interval)} |")
+        print(f"| difference (adaptive - uniform), paired over problems | | | | "
+              f"{100 * (arm_right.mean() - uniform_right.mean()):+.1f} | {_interval(difference)} |")
+        rows.append({"arm": name, "samples": int(drawn.sum()), "share": float(share),
+                     "accuracy": float(arm_right.mean()), "interval": interval.tolist(),
+                     "difference": float(arm_right.mean() - uniform_right.mean()),
+                     "interval_difference": list(difference), "drawn": drawn.tolist()})
+    return {"problems": P, "baseline": baseline_name, "samples_uniform": int(uniform_drawn.sum()),
+            "accuracy_uniform": float(uniform_right.mean()), "interval_uniform": intervals[0].tolist(), "arms": rows}
 
 
 def main() -> None:
@@ -138,7 +180,9 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=PYTHIA)
     p.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25, 0.5])
     p.add_argument("--orders", type=int, default=20)
-    p.add_argument("--difficulty-orders", type=int, default=4)
+    p.add_argument("--difficulty-orders", type=int, default=8)
+    p.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                   help="skip the two ceiling rows (difficulty's greedy with a prior that peeks at the outcomes)")
     s = sub.add_parser("store")
     s.add_argument("directory")
     s.add_argument("--orders", type=int, default=8)
@@ -146,9 +190,11 @@ def main() -> None:
     r = sub.add_parser("real")
     r.add_argument("directory")
     r.add_argument("--samples", type=int, default=16)
-    r.add_argument("--threshold", type=float, default=0.95)
+    r.add_argument("--threshold", type=float, nargs="+", default=[0.95])
     r.add_argument("--round-size", type=int, default=4)
     r.add_argument("--ledger", type=Path, default=None, help="allocation.parquet of the adaptive run")
+    r.add_argument("--uniform", type=Path, default=None,
+                   help="uniform majority@samples from this store of the same problems (default: DIRECTORY itself)")
     r.add_argument("--bootstrap", type=int, default=4000)
     for each in (p, s, r):
         each.add_argument("--seed", type=int, default=0)

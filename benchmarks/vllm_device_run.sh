@@ -17,13 +17,14 @@ for s in ${STAGES:-setup tests gsm8k bench}; do
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .devcarry/whl/*.whl
       # editable install: registers the vllm.general_plugins entry point for vLLM's processes
       python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | tail -2
-      [ -f /tmp/smol.gguf ] || cat /tmp/gguf/gguf.part* > /tmp/smol.gguf
+      [ -s /tmp/smol.gguf ] || ! ls /tmp/gguf/gguf.part* >/dev/null 2>&1 || cat /tmp/gguf/gguf.part* > /tmp/smol.gguf
       { nvidia-smi -L; python3 -c "import torch, triton, vllm; print('torch', torch.__version__, 'triton', triton.__version__, 'vllm', vllm.__version__)"
         python3 -c "import importlib.metadata as m; print([e.value for e in m.entry_points(group='vllm.general_plugins')])"; } 2>&1 | tee "$OUT/env.log" ;;
     tests)
       timeout ${T_TESTS:-200} python3 -m pytest -q -s -m gpu -p no:cacheprovider \
         ${TEST_FILES:-tests/test_kernels_paged.py tests/test_kernels_triton.py} 2>&1 | tee "$OUT/tests.log" | grep -E "parity|replay|passed|failed|FAILED|Error" ;;
     gsm8k)
+      [ -s /tmp/smol.gguf ] || cat /tmp/gguf/gguf.part* > /tmp/smol.gguf
       sed -e "s#../shared/data/gsm8k/test.jsonl#$PWD/.devcarry/gsm8k_test.jsonl#" -e "s#smollm2-135m-instruct#/tmp/smol.gguf#" \
         monkeybarrel/experiments/configs/gsm8k_vllm_gpu.yaml > /tmp/gsm8k_gpu.yaml
       timeout ${T_GSM8K:-300} python3 -m monkeybarrel.orchestrator.cli run /tmp/gsm8k_gpu.yaml --out /tmp/gsm8k_gpu \

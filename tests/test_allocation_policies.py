@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from monkeybarrel.allocation import AllocationState, ConfidentMajority, Difficulty, Uniform, UntilSolved, build_policy
+from monkeybarrel.allocation.ceiling import EmpiricalRatesModel, PeekingCeiling
 from monkeybarrel.allocation.equal_compute import equal_compute_table, outcomes_from_selection
 from monkeybarrel.allocation.policies import majority_confidence
 from monkeybarrel.allocation.simulate import RecordedOutcomes, replay
@@ -94,6 +95,56 @@ def test_difficulty_beats_until_solved_when_many_problems_are_hopeless():
     assert learned > until + 0.02, (learned, until)
 
 
+def test_replay_starts_every_order_from_a_fresh_policy():
+    """A warm start carried from one order (or one call) to the next would leak what it drew."""
+    outcomes = _synthetic(problems=30, samples=200)
+    policy = Difficulty()
+    first = replay(policy, outcomes, 10 * 30, orders=2, seed=3)
+    assert policy._model is None  # the caller's policy is never fitted
+    again = replay(policy, outcomes, 10 * 30, orders=2, seed=3)
+    assert np.array_equal(first.drawn, again.drawn)
+    assert first.coverage_per_order.shape == (2, 3)
+    assert np.allclose(first.coverage_per_order.mean(axis=0), first.coverage)
+
+
+def test_unpooled_replay_keeps_each_generator_to_its_own_draws():
+    outcomes = _synthetic(problems=30, samples=200)
+    changed = outcomes.correct.copy()
+    changed[1:] = ~changed[1:]  # other generators' outcomes differ; generator 0's are the same
+    other = RecordedOutcomes(changed, outcomes.available)
+    budget = 10 * 30
+    alone = [replay(Difficulty(), o, budget, orders=2, seed=5, pooled=False).drawn[:, 0] for o in (outcomes, other)]
+    assert np.array_equal(*alone)
+    pooled = [replay(Difficulty(), o, budget, orders=2, seed=5).drawn[:, 0] for o in (outcomes, other)]
+    assert not np.array_equal(*pooled)  # pooled, generator 0 learns from the others
+
+
+def test_ceiling_posterior_leaves_the_problem_out_and_pools_only_when_asked():
+    rates = np.array([[0.5, 0.0, 0.01], [0.9, 0.0, 0.2]])  # [G=2, J=P=3]
+    drawn = np.array([[4, 50, 0], [2, 50, 30]])
+    passed = np.array([[2, 0, 0], [2, 0, 5]])
+    kept = EmpiricalRatesModel(rates, leave_out=False).fit(drawn, passed)
+    assert kept.weights[0, 0].argmax() == 0 and kept.weights[0, 1].argmax() == 1
+    out = EmpiricalRatesModel(rates).fit(drawn, passed)
+    assert np.allclose(out.weights[:, [0, 1, 2], [0, 1, 2]], 0.0)
+    # problem 2: generator 0 drew nothing; pooled, generator 1's 5 passes rule out atom 1 (its own, 2, is left out)
+    assert out.weights[0, 2].argmax() == 0 and out.weights[0, 2, 1] < 1e-6
+    alone = EmpiricalRatesModel(rates, pooled=False, leave_out=False).fit(drawn, passed)
+    assert np.allclose(alone.weights[0, 2], 1 / 3)  # no draws of its own: the prior
+    gain = out.expected_gain(0, np.array([2]), np.array([[1, 10]]))
+    assert gain[0, 0] == pytest.approx(out.weights[0, 2] @ rates[0]) and gain[0, 1] > gain[0, 0]
+
+
+def test_peeking_ceiling_is_at_least_as_good_as_until_solved():
+    outcomes = _synthetic()
+    budget = 25 * outcomes.shape[1]
+    until = replay(UntilSolved(), outcomes, budget, orders=4).coverage.mean()
+    ceiling = replay(PeekingCeiling.from_outcomes(outcomes), outcomes, budget, orders=4).coverage.mean()
+    assert ceiling > until + 0.02, (ceiling, until)
+    with pytest.raises(ValueError, match="generators"):
+        replay(PeekingCeiling.from_outcomes(outcomes), outcomes, budget, orders=1, pooled=False)
+
+
 def test_outcomes_from_selection_keeps_each_cells_samples_and_answers():
     keys = pa.table({"problem_id": ["a", "a", "a", "b", "b"], "generator_id": ["g"] * 5, "sample_index": [2, 0, 1, 0, 1]})
     data = SelectionData.build(keys, answers=["7", "7", None, "1", "2"])
@@ -126,8 +177,12 @@ def test_until_solved_reproduces_the_issue_figures_on_pythia_math(pythia):
 
 @pytest.mark.slow
 def test_difficulty_beats_until_solved_on_pythia_math(pythia):
+    """Pooled over the 7 models it beats until_solved (docs/allocation.md); each model alone, it cannot."""
     full = pythia.covered()
     kept = {f: (replay(Difficulty(), pythia, int(f * 1_280_000), orders=2, seed=1).coverage / full).mean()
             for f in (0.10, 0.25)}
-    assert kept[0.25] >= 0.96  # the issue asks 0.97; measured 0.971 with 4 orders
-    assert kept[0.10] >= 0.85  # the issue asks 0.90; measured 0.872 with 4 orders (docs/allocation.md)
+    assert kept[0.25] >= 0.96  # the issue asks 0.97
+    assert kept[0.10] >= 0.86  # the issue asks 0.90: not reached (the peeking ceiling is ~0.88)
+    alone = (replay(Difficulty(), pythia, 128_000, orders=2, seed=1, pooled=False).coverage / full).mean()
+    until = (replay(UntilSolved(), pythia, 128_000, orders=2, seed=1).coverage / full).mean()
+    assert abs(alone - until) < 0.03 and kept[0.10] > alone + 0.03

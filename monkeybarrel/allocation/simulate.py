@@ -52,12 +52,15 @@ class ReplayResult:
         coverage: ``[G]`` mean share of problems with a correct drawn sample.
         majority: ``[G]`` mean majority-vote accuracy of the drawn samples (NaN without answers).
         drawn: ``[R, G, P]`` samples drawn per cell in each order.
+        coverage_per_order: ``[R, G]`` share of problems covered in each order (its spread over orders
+            gives the Monte Carlo error of ``coverage``).
     """
 
     samples: np.ndarray
     coverage: np.ndarray
     majority: np.ndarray
     drawn: np.ndarray
+    coverage_per_order: np.ndarray
 
 
 def replay(policy: AllocationPolicy, outcomes: RecordedOutcomes, budget: int | np.ndarray | None = None,
@@ -100,7 +103,7 @@ def replay(policy: AllocationPolicy, outcomes: RecordedOutcomes, budget: int | n
                         else np.full(G, np.nan))
         drawn_all.append(drawn)
     return ReplayResult(np.mean(samples, axis=0), np.mean(coverage, axis=0), np.mean(majority, axis=0),
-                        np.stack(drawn_all))
+                        np.stack(drawn_all), np.stack(coverage))
 
 
 def _shuffle(outcomes: RecordedOutcomes, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:

@@ -48,7 +48,7 @@ class PagedWorkspace:
 
     def __init__(self, max_rows: int, num_q_heads: int, num_kv_heads: int, head_dim: int, device: torch.device,
                  *, block_m: int = 128, block_n: int | None = None, num_sms: int | None = None,
-                 prefix_waves: int = 4) -> None:
+                 prefix_waves: int = 1) -> None:
         self.Hq, self.Hkv, self.D = num_q_heads, num_kv_heads, head_dim
         self.G = num_q_heads // num_kv_heads
         self.device = device

@@ -176,7 +176,7 @@ class StepShape:
 
 
 def step_shape(rows: int, group_size: int, num_kv_heads: int, *, block_m: int = 128, num_sms: int = 132,
-               prefix_waves: int = 4) -> StepShape:
+               prefix_waves: int = 1) -> StepShape:
     """The fixed sizes of a ``rows``-request step (see :func:`plan_paged_decode` for the split rules).
 
     Prefix items of any grouping fit in ``ceil(rows*G / block_m) + rows // 2 + ceil(waves*num_sms / Hkv)``:
@@ -193,7 +193,7 @@ def step_shape(rows: int, group_size: int, num_kv_heads: int, *, block_m: int = 
 
 def plan_paged_decode(block_table: np.ndarray, seq_lens: np.ndarray, block_size: int, group_size: int,
                       num_kv_heads: int, *, block_m: int = 128, min_chunk: int = 512, num_sms: int = 132,
-                      prefix_waves: int = 4) -> PagedDecodePlan:
+                      prefix_waves: int = 1) -> PagedDecodePlan:
     """Group the requests and cut the work into prefix items (suffix splits come from :func:`step_shape`).
 
     Args:
@@ -261,7 +261,7 @@ class PlanCache:
     """
 
     def __init__(self, block_size: int, group_size: int, num_kv_heads: int, *, block_m: int = 128,
-                 num_sms: int = 132, prefix_waves: int = 4, min_saved: float = 0.2) -> None:
+                 num_sms: int = 132, prefix_waves: int = 1, min_saved: float = 0.2) -> None:
         self.block_size, self.group_size, self.num_kv_heads = block_size, group_size, num_kv_heads
         self.block_m, self.num_sms, self.prefix_waves, self.min_saved = block_m, num_sms, prefix_waves, min_saved
         self._last: tuple[PagedDecodePlan, bool, np.ndarray] | None = None

@@ -85,7 +85,7 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
         if self.headdim in (64, 128) and device.type == "cuda":
             self.workspace = PagedWorkspace(vllm_config.scheduler_config.max_num_seqs, self.num_heads_q,
                                             self.num_heads_kv, self.headdim, device,
-                                            prefix_waves=int(os.environ.get("MONKEYBARREL_PREFIX_WAVES", "4")))
+                                            prefix_waves=int(os.environ.get("MONKEYBARREL_PREFIX_WAVES", "1")))
             ws = self.workspace
             self.planner = PlanCache(self.block_size, ws.G, ws.Hkv, num_sms=ws.num_sms, block_m=ws.block_m,
                                      prefix_waves=ws.prefix_waves,
