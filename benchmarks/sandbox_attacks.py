@@ -18,36 +18,10 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from monkeybarrel.sandbox.attacks import tree_memory
 from monkeybarrel.sandbox.base import Limits, Outcome
 
 LIMITS = Limits(time_s=8, memory_mb=256, processes=64, file_size_mb=64, output_bytes=1 << 16)
-TREE_MEMORY = """
-import os, select, sys, time
-r, w = os.pipe()
-pids = []
-for index in range(12):
-    pid = os.fork()
-    if pid == 0:
-        try:
-            block = bytearray(200 << 20)
-            for i in range(0, len(block), 4096):
-                block[i] = 1
-            os.write(w, bytes([index]))
-            time.sleep(30)
-        finally:
-            os._exit(0)
-    pids.append(pid)
-os.close(w)
-reported, deadline = set(), time.time() + 8
-while len(reported) < 12 and time.time() < deadline:
-    if select.select([r], [], [], 0.2)[0]:
-        got = os.read(r, 64)
-        if not got:
-            break
-        reported.update(got)
-alive = [i for i in reported if os.waitpid(pids[i], os.WNOHANG) == (0, 0)]
-print(len(alive), flush=True)
-"""
 TMPFS_FILL = """
 import sys
 block = b'x' * (1 << 20)
@@ -134,7 +108,7 @@ def attacks(box, kind: str) -> list[tuple[str, str, bool, str]]:
             print(f"  ({kind}: sandbox error: {result.error})", flush=True)
         return result
 
-    result = run(TREE_MEMORY, limits=Limits(time_s=15, memory_mb=256, processes=64))
+    result = run(tree_memory(block_mb=200), limits=Limits(time_s=15, memory_mb=256, processes=64))
     grew = int(result.stdout.strip() or 0) if result.stdout.strip().isdigit() else 0
     rows.append(("12 forked children x 200 MB, limit 256 MB", result.outcome.value, grew <= 1,
                  f"{grew} children held 200 MB at once"))

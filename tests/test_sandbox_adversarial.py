@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from monkeybarrel.sandbox.attacks import tree_memory
 from monkeybarrel.sandbox.base import Limits, Outcome
 from monkeybarrel.sandbox.docker_backend import docker_unavailable_reason
 from monkeybarrel.sandbox.local import LocalSandbox
@@ -90,12 +91,13 @@ def sandbox(request, work_root):
         assert left == [], "containers left behind"
 
 
-def run_python(sandbox, code: str, limits: Limits = LIMITS):
-    return sandbox.run({"main.py": code}, ["python3", "main.py"], limits=limits)
+def run_python(sandbox, code: str, *args: str, limits: Limits = LIMITS):
+    """Run ``code`` as ``python3 main.py *args`` in ``sandbox``."""
+    return sandbox.run({"main.py": code}, ["python3", "main.py", *args], limits=limits)
 
 
 def test_infinite_loop_times_out_and_is_killed(sandbox):
-    result = run_python(sandbox, "while True:\n    pass\n", Limits(time_s=2, memory_mb=256))
+    result = run_python(sandbox, "while True:\n    pass\n", limits=Limits(time_s=2, memory_mb=256))
     assert result.outcome is Outcome.TIMEOUT
     assert 1.9 <= result.wall_s < 10
 
@@ -108,46 +110,17 @@ def needs(sandbox, protection: str) -> None:
 
 def test_memory_hog_hits_the_memory_limit(sandbox):
     code = "chunks = []\nwhile True:\n    chunks.append(b'x' * (64 << 20))\n"
-    result = run_python(sandbox, code, Limits(time_s=15, memory_mb=256))
+    result = run_python(sandbox, code, limits=Limits(time_s=15, memory_mb=256))
     if "cgroup-memory" in sandbox.protections:  # the kernel's OOM kill in the run's cgroup decides
         assert result.outcome is Outcome.MEMORY_LIMIT, (result.outcome, result.stderr[-500:])
     else:  # RLIMIT_AS only: the failed allocation is the program's own error, not a fact we can check
         assert result.outcome is Outcome.ERROR_EXIT and "MemoryError" in result.stderr
 
 
-TREE_MEMORY = """
-import os, select, sys, time
-r, w = os.pipe()
-pids = []
-for index in range(12):
-    pid = os.fork()
-    if pid == 0:
-        try:
-            block = bytearray(100 << 20)
-            for i in range(0, len(block), 4096):
-                block[i] = 1
-            os.write(w, bytes([index]))
-            time.sleep(30)
-        finally:
-            os._exit(0)
-    pids.append(pid)
-os.close(w)
-reported, deadline = set(), time.time() + 8
-while len(reported) < 12 and time.time() < deadline:
-    if select.select([r], [], [], 0.2)[0]:
-        got = os.read(r, 64)
-        if not got:
-            break
-        reported.update(got)
-alive = [i for i in reported if os.waitpid(pids[i], os.WNOHANG) == (0, 0)]
-print(len(alive), flush=True)
-"""
-
-
 def test_forked_children_share_one_memory_limit(sandbox):
     """12 children x 100 MB under a 256 MB limit: per-process RLIMIT_AS let all 12 (1.2 GB) through."""
     needs(sandbox, "cgroup-memory")
-    result = run_python(sandbox, TREE_MEMORY, Limits(time_s=12, memory_mb=256, processes=32))
+    result = run_python(sandbox, tree_memory(block_mb=100), limits=Limits(time_s=12, memory_mb=256, processes=32))
     held = int(result.stdout.split()[-1]) if result.stdout.split() else 0
     assert held <= 2, f"{held} children held 100 MB each at once"
     assert result.outcome is Outcome.MEMORY_LIMIT, (result.outcome, result.error)
@@ -176,7 +149,7 @@ def test_writable_places_are_sized_by_the_disk_budget(sandbox, target):
     if target != ".":
         needs(sandbox, "private-tmp")
     limits = Limits(time_s=20, memory_mb=1024, file_size_mb=64, disk_mb=32)
-    result = sandbox.run({"main.py": FILL}, ["python3", "main.py", target], limits=limits)
+    result = run_python(sandbox, FILL, target, limits=limits)
     assert result.outcome is Outcome.OK, (result.outcome, result.stderr[-500:])
     assert result.stdout.split()[:2] in (["stopped", "28"], ["stopped", "13"])  # ENOSPC, or not writable at all
     assert int(result.stdout.split()[-1]) <= 32
@@ -221,10 +194,10 @@ def test_a_run_cannot_plant_files_or_ipc_for_the_next_one(sandbox):
     token = uuid.uuid4().hex[:8]
     # slots are taken in turn: two plants then two looks put a look on every slot that was planted
     for _ in range(2):
-        planted = sandbox.run({"main.py": PLANT}, ["python3", "main.py", token, "plant"], limits=LIMITS)
+        planted = run_python(sandbox, PLANT, token, "plant")
         assert planted.outcome is Outcome.OK and "shm True" in planted.stdout, planted.stdout + planted.stderr
     for _ in range(2):
-        seen = sandbox.run({"main.py": PLANT}, ["python3", "main.py", token, "look"], limits=LIMITS)
+        seen = run_python(sandbox, PLANT, token, "look")
         assert seen.stdout == "found\n", seen.stdout
     assert not any(Path(d, f"planted-{token}").exists() for d in ("/tmp", "/var/tmp", "/run", "/dev/shm"))
 
@@ -237,17 +210,17 @@ def test_host_trees_are_not_visible(sandbox):
     if sandbox.name == "local":  # a container's /root, /home, /var/lib are its image's own
         needs(sandbox, "minimal-view")
         private += ["/root", "/home", "/srv", "/opt", "/var/lib", "/etc/shadow", "/etc/ssh", "/var/log"]
-    result = sandbox.run({"main.py": code}, ["python3", "main.py", *private], limits=LIMITS)
+    result = run_python(sandbox, code, *private)
     assert result.outcome is Outcome.OK
     assert result.stdout == "seen\n", result.stdout
 
 
 def test_cpu_time_is_counted_after_a_timeout_and_a_signal(sandbox):
-    looped = run_python(sandbox, "while True:\n    pass\n", Limits(time_s=2))
+    looped = run_python(sandbox, "while True:\n    pass\n", limits=Limits(time_s=2))
     assert looped.outcome is Outcome.TIMEOUT and looped.cpu_s > 0.05, (looped.outcome, looped.cpu_s)  # was 0.00
     aborted = run_python(sandbox, "import os, signal\nx = sum(range(3_000_000))\nos.kill(os.getpid(), signal.SIGABRT)\n")
     assert (aborted.outcome, aborted.exit_code) == (Outcome.KILLED, -6) and aborted.cpu_s > 0.01, aborted
-    capped = run_python(sandbox, "while True:\n    pass\n", Limits(time_s=30, cpu_s=1))
+    capped = run_python(sandbox, "while True:\n    pass\n", limits=Limits(time_s=30, cpu_s=1))
     assert capped.outcome is Outcome.TIMEOUT and capped.wall_s < 25 and capped.cpu_s >= 0.8, capped
 
 
@@ -257,14 +230,29 @@ def test_programs_never_run_as_root(sandbox):
     assert uid != "0" and euid != "0", result.stdout
 
 
+FORK_BOMB = """
+import os, sys, time
+spawned = 0
+failed = False
+while spawned < 10000:
+    try:
+        pid = os.fork()
+    except OSError:
+        failed = True
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    spawned += 1
+print(spawned, failed)
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
 def test_fork_bomb_is_capped_and_cleaned_up(sandbox):
     marker = f"forkbomb-{uuid.uuid4().hex[:8]}"
-    code = ("import os, sys, time\nspawned = 0\nfailed = False\n"
-            "while spawned < 10000:\n"
-            "    try:\n        pid = os.fork()\n    except OSError:\n        failed = True\n        break\n"
-            "    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n    spawned += 1\n"
-            "print(spawned, failed)\nsys.stdout.flush()\nos._exit(0)\n")
-    result = sandbox.run({"main.py": code}, ["python3", "main.py", marker], limits=LIMITS)
+    result = run_python(sandbox, FORK_BOMB, marker)
     assert result.outcome is Outcome.OK, result.stderr[-500:]
     spawned, failed = result.stdout.split()
     assert failed == "True" and int(spawned) < LIMITS.processes  # fork failed at the process limit
@@ -284,7 +272,7 @@ def test_writes_outside_the_work_dir_do_not_reach_the_host(sandbox):
     code = ("import sys\nfor target in sys.argv[1:]:\n    try:\n        open(target, 'w').write('pwned')\n"
             "        print('wrote', target)\n    except OSError as exc:\n        print('blocked', target, exc.errno)\n"
             "open('inside.txt', 'w').write('fine')\nprint('inside ok')\n")
-    result = sandbox.run({"main.py": code}, ["python3", "main.py", *targets], limits=LIMITS)
+    result = run_python(sandbox, code, *targets)
     assert result.outcome is Outcome.OK and "inside ok" in result.stdout
     for target in targets:
         assert not Path(target).exists(), f"{target} appeared on the host"
@@ -307,7 +295,7 @@ def test_deleting_files_outside_the_work_dir_leaves_them_alone(sandbox):
             "                    lambda: open(target, 'w').write('')):\n"
             "        try:\n            attempt()\n        except OSError:\n            pass\n")
     try:
-        result = sandbox.run({"main.py": code}, ["python3", "main.py", *map(str, victims)], limits=LIMITS)
+        result = run_python(sandbox, code, *map(str, victims))
         assert result.outcome is Outcome.OK, result.stderr[-500:]
         for victim in victims:
             assert victim.read_text() == "keep me", f"{victim} was changed"
@@ -352,7 +340,7 @@ CONNECT = ("import socket, sys\ntry:\n    s = socket.create_connection(('127.0.0
 def test_connecting_to_the_host_is_blocked_without_network(sandbox, listener):
     needs(sandbox, "netns")
     port, accepted = listener
-    result = sandbox.run({"main.py": CONNECT}, ["python3", "main.py", str(port)], limits=LIMITS)
+    result = run_python(sandbox, CONNECT, str(port))
     assert result.outcome is Outcome.OK
     assert result.stdout.startswith("blocked"), result.stdout
     assert accepted == []
@@ -362,8 +350,7 @@ def test_local_network_switch_reaches_the_listener(listener, work_root):
     """Positive control: the same program does connect when the run asks for the network."""
     port, accepted = listener
     box = LocalSandbox(limits=LIMITS, work_root=str(work_root))
-    result = box.run({"main.py": CONNECT}, ["python3", "main.py", str(port)],
-                     limits=Limits(time_s=5, network=True))
+    result = run_python(box, CONNECT, str(port), limits=Limits(time_s=5, network=True))
     assert result.stdout.startswith("connected"), result.stdout + result.stderr
     assert accepted == [b"hello"]
     assert "netns" not in result.protections
@@ -371,7 +358,7 @@ def test_local_network_switch_reaches_the_listener(listener, work_root):
 
 def test_hundred_megabytes_of_output_are_capped_with_a_mark(sandbox):
     code = "import sys\nblock = 'y' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(block)\nprint('done', file=sys.stderr)\n"
-    result = run_python(sandbox, code, Limits(time_s=20, memory_mb=256, output_bytes=1 << 16))
+    result = run_python(sandbox, code, limits=Limits(time_s=20, memory_mb=256, output_bytes=1 << 16))
     assert result.outcome is Outcome.OK
     assert result.stdout_truncated and not result.stderr_truncated
     assert result.stdout.startswith("y" * (1 << 16))
@@ -387,7 +374,7 @@ def test_orphaned_background_processes_die_with_the_run(sandbox):
             "                 stderr=subprocess.DEVNULL)\n"
             "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execvp('sleep', ['sleep', sys.argv[1] + '.5'])\n"
             "    os._exit(0)\nprint('parent done')\n")
-    result = sandbox.run({"main.py": code}, ["python3", "main.py", marker], limits=LIMITS)
+    result = run_python(sandbox, code, marker)
     assert result.outcome is Outcome.OK and "parent done" in result.stdout
     assert result.wall_s < LIMITS.time_s, "the run waited for its orphans instead of ending"
     assert [pid for pid in _processes_with(marker) if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes()] == []
