@@ -25,16 +25,8 @@ def triton_available() -> bool:
 
 
 def shared_prefix_attention(
-    q: torch.Tensor,
-    k_prefix: torch.Tensor,
-    v_prefix: torch.Tensor,
-    k_suffix: torch.Tensor,
-    v_suffix: torch.Tensor,
-    suffix_lens: torch.Tensor,
-    scale: float | None = None,
-    *,
-    backend: str = "auto",
-    **kernel_kwargs,
+    q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor, k_suffix: torch.Tensor, v_suffix: torch.Tensor,
+    suffix_lens: torch.Tensor, scale: float | None = None, *, backend: str = "auto", **kernel_kwargs,
 ) -> torch.Tensor:
     """One decode step of attention for B sequences sharing a prefix.
 

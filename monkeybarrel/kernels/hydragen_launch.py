@@ -307,17 +307,9 @@ class Launch:
 
 
 def prepare(
-    q: torch.Tensor,
-    k_prefix: torch.Tensor,
-    v_prefix: torch.Tensor,
-    k_suffix: torch.Tensor,
-    v_suffix: torch.Tensor,
-    suffix_lens: torch.Tensor,
-    scale: float | None = None,
-    *,
-    config: HydragenConfig | None = None,
-    out: torch.Tensor | None = None,
-    return_lse: bool = False,
+    q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor, k_suffix: torch.Tensor, v_suffix: torch.Tensor,
+    suffix_lens: torch.Tensor, scale: float | None = None, *,
+    config: HydragenConfig | None = None, out: torch.Tensor | None = None, return_lse: bool = False,
 ) -> Launch:
     """Validate, plan and bind one decode step (arguments as :func:`hydragen_decode_attention`)."""
     D = q.shape[-1]
@@ -328,17 +320,9 @@ def prepare(
 
 
 def hydragen_decode_attention(
-    q: torch.Tensor,
-    k_prefix: torch.Tensor,
-    v_prefix: torch.Tensor,
-    k_suffix: torch.Tensor,
-    v_suffix: torch.Tensor,
-    suffix_lens: torch.Tensor,
-    scale: float | None = None,
-    *,
-    config: HydragenConfig | None = None,
-    out: torch.Tensor | None = None,
-    return_lse: bool = False,
+    q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor, k_suffix: torch.Tensor, v_suffix: torch.Tensor,
+    suffix_lens: torch.Tensor, scale: float | None = None, *,
+    config: HydragenConfig | None = None, out: torch.Tensor | None = None, return_lse: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Shared-prefix decode attention on the GPU (Triton).
 

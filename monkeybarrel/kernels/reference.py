@@ -101,14 +101,8 @@ def _check_shapes(q, k_prefix, v_prefix, k_suffix, v_suffix, suffix_lens) -> tup
 
 
 def shared_prefix_attention_reference(
-    q: torch.Tensor,
-    k_prefix: torch.Tensor,
-    v_prefix: torch.Tensor,
-    k_suffix: torch.Tensor,
-    v_suffix: torch.Tensor,
-    suffix_lens: torch.Tensor,
-    scale: float | None = None,
-    return_lse: bool = False,
+    q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor, k_suffix: torch.Tensor, v_suffix: torch.Tensor,
+    suffix_lens: torch.Tensor, scale: float | None = None, return_lse: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Hydragen decomposition in plain PyTorch: batched prefix attention, per-sequence suffix, LSE merge.
 
@@ -142,13 +136,8 @@ def shared_prefix_attention_reference(
 
 
 def replicated_attention_reference(
-    q: torch.Tensor,
-    k_prefix: torch.Tensor,
-    v_prefix: torch.Tensor,
-    k_suffix: torch.Tensor,
-    v_suffix: torch.Tensor,
-    suffix_lens: torch.Tensor,
-    scale: float | None = None,
+    q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor, k_suffix: torch.Tensor, v_suffix: torch.Tensor,
+    suffix_lens: torch.Tensor, scale: float | None = None,
 ) -> torch.Tensor:
     """What a naive engine computes: each sequence attends over its own copy ``[prefix; suffix[:len]]``.
 
