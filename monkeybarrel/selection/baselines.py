@@ -183,11 +183,8 @@ class Supervised(Selector):
 
     def __init__(self, verifiers: list[str] | None = None, majority_verifier: bool = True, n_splits: int = 5,
                  C: float = 1.0, class_weight: str | None = "balanced") -> None:
-        self.verifiers = verifiers
-        self.majority_verifier = majority_verifier
-        self.n_splits = n_splits
-        self.C = C
-        self.class_weight = class_weight
+        self.verifiers, self.majority_verifier, self.n_splits = verifiers, majority_verifier, n_splits
+        self.C, self.class_weight = C, class_weight
 
     def _pipeline(self):
         from sklearn.impute import SimpleImputer

@@ -24,5 +24,5 @@ class Oracle(Selector):
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
         if self.labels_.shape[0] != data.n_candidates:
-            raise ValueError("Oracle must be fitted on the data it selects from")
+            raise ValueError(f"{type(self).__name__} must be fitted on the data it selects from")
         return self.labels_

@@ -22,6 +22,8 @@ import numpy as np
 
 from ..core.selection_data import SelectionData
 from .base import SELECTORS, Selector
+from .oracle import Oracle
+from .random_choice import RandomChoice
 
 
 def generator_cells(data: SelectionData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -41,17 +43,12 @@ def _first_in_cell(data: SelectionData, cell: np.ndarray, n_cells: int) -> np.nd
 
 
 @SELECTORS.register("random_routing")
-class RandomRouting(Selector):
+class RandomRouting(RandomChoice):
     """Routes each problem to a uniformly random generator (seeded) and takes its first sample.
 
     Args:
         seed: random seed.
     """
-
-    requires_fit = False
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
         cell, generators, _ = generator_cells(data)
@@ -92,29 +89,18 @@ class BestGenerator(Selector):
 
 
 @SELECTORS.register("oracle_routing")
-class OracleRouting(Selector):
+class OracleRouting(Oracle):
     """Per problem, routes to a generator whose first sample is correct (label-based upper bound).
 
     Attributes (after ``fit``):
         labels_: ``[n]`` the fitted labels (the router only applies to the data it was fitted on).
     """
 
-    uses_labels = True
-
-    def __init__(self) -> None:
-        pass
-
-    def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "OracleRouting":
-        super().fit(data, labels)
-        self.labels_ = np.asarray(labels, dtype=np.float64)
-        return self
-
     def decision_function(self, data: SelectionData) -> np.ndarray:
-        if self.labels_.shape[0] != data.n_candidates:
-            raise ValueError("OracleRouting must be fitted on the data it routes")
+        labels = super().decision_function(data)
         cell, generators, _ = generator_cells(data)
         first = _first_in_cell(data, cell, data.n_problems * len(generators))
-        return self.labels_[first[cell]]
+        return labels[first[cell]]
 
 
 def routed_accuracy(data: SelectionData, labels: np.ndarray, chosen: np.ndarray) -> float:

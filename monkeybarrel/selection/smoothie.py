@@ -376,12 +376,8 @@ class SmoothieSelector(Selector):
     def __init__(self, variant: str = "local", n_neighbors: int = 1, voters: str = "generator",
                  embedder: str = "tfidf", embedder_options: dict[str, Any] | None = None,
                  exclude_self: bool = False) -> None:
-        self.variant = variant
-        self.n_neighbors = n_neighbors
-        self.exclude_self = exclude_self
-        self.voters = voters
-        self.embedder = embedder
-        self.embedder_options = embedder_options
+        self.variant, self.n_neighbors, self.exclude_self, self.voters = variant, n_neighbors, exclude_self, voters
+        self.embedder, self.embedder_options = embedder, embedder_options
 
     def _check_params(self) -> None:
         Smoothie(self.variant, self.n_neighbors, self.exclude_self)._check_params()

@@ -504,16 +504,9 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
                  min_coverage: float = 0.01, rate_bounds: tuple[float, float] = (0.02, 0.98),
                  dependence: tuple[float, float] | None = (0.3, 0.9), prior: float | None = None,
                  smoothing: float = 0.5, max_iter: int = 1000, tol: float = 1e-8) -> None:
-        self.normalize = normalize
-        self.threshold = threshold
-        self.n_bins = n_bins
-        self.min_coverage = min_coverage
-        self.rate_bounds = rate_bounds
-        self.dependence = dependence
-        self.prior = prior
-        self.smoothing = smoothing
-        self.max_iter = max_iter
-        self.tol = tol
+        self.normalize, self.threshold, self.n_bins = normalize, threshold, n_bins
+        self.min_coverage, self.rate_bounds, self.dependence, self.prior = min_coverage, rate_bounds, dependence, prior
+        self.smoothing, self.max_iter, self.tol = smoothing, max_iter, tol
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
