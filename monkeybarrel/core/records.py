@@ -29,51 +29,40 @@ PROBLEM_SCHEMA = pa.schema(
     ]
 )
 
-CANDIDATE_SCHEMA = pa.schema(
-    [
-        pa.field("problem_id", pa.string(), nullable=False),
-        pa.field("generator_id", pa.string(), nullable=False),
-        pa.field("sample_index", pa.int32(), nullable=False),
-        pa.field("text", pa.string()),
-        pa.field("prompt_tokens", pa.int32()),
-        pa.field("completion_tokens", pa.int32()),
-        pa.field("finish_reason", pa.string()),
-        pa.field("wall_time_s", pa.float64()),
-        pa.field("seed", pa.int64()),
-        pa.field("error", pa.string()),
-    ]
+KEY_FIELDS = (
+    pa.field("problem_id", pa.string(), nullable=False),
+    pa.field("generator_id", pa.string(), nullable=False),
+    pa.field("sample_index", pa.int32(), nullable=False),
+)
+"""The ``CANDIDATE_KEY`` columns, first in every per-candidate schema."""
+
+
+def keyed_schema(*fields: pa.Field) -> pa.Schema:
+    """A per-candidate schema: the ``KEY_FIELDS`` followed by ``fields``."""
+    return pa.schema([*KEY_FIELDS, *fields])
+
+
+CANDIDATE_SCHEMA = keyed_schema(
+    pa.field("text", pa.string()),
+    pa.field("prompt_tokens", pa.int32()),
+    pa.field("completion_tokens", pa.int32()),
+    pa.field("finish_reason", pa.string()),
+    pa.field("wall_time_s", pa.float64()),
+    pa.field("seed", pa.int64()),
+    pa.field("error", pa.string()),
 )
 
-SCORE_SCHEMA = pa.schema(
-    [
-        pa.field("problem_id", pa.string(), nullable=False),
-        pa.field("generator_id", pa.string(), nullable=False),
-        pa.field("sample_index", pa.int32(), nullable=False),
-        pa.field("verifier", pa.string(), nullable=False),
-        pa.field("score", pa.float64()),
-        pa.field("error", pa.string()),
-    ]
+SCORE_SCHEMA = keyed_schema(
+    pa.field("verifier", pa.string(), nullable=False),
+    pa.field("score", pa.float64()),
+    pa.field("error", pa.string()),
 )
 """Long form of the score matrix as stored: one row per (candidate, verifier); NaN + error on failure."""
 
-ANSWER_SCHEMA = pa.schema(
-    [
-        pa.field("problem_id", pa.string(), nullable=False),
-        pa.field("generator_id", pa.string(), nullable=False),
-        pa.field("sample_index", pa.int32(), nullable=False),
-        pa.field("answer", pa.string()),
-    ]
-)
+ANSWER_SCHEMA = keyed_schema(pa.field("answer", pa.string()))
 """Label-free: the canonical final answer extracted from each candidate (null when none)."""
 
-LABEL_SCHEMA = pa.schema(
-    [
-        pa.field("problem_id", pa.string(), nullable=False),
-        pa.field("generator_id", pa.string(), nullable=False),
-        pa.field("sample_index", pa.int32(), nullable=False),
-        pa.field("correct", pa.bool_(), nullable=False),
-    ]
-)
+LABEL_SCHEMA = keyed_schema(pa.field("correct", pa.bool_(), nullable=False))
 """Ground truth per candidate: for evaluation and supervised baselines only."""
 
 SELECTION_SCHEMA = pa.schema(
