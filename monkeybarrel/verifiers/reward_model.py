@@ -13,14 +13,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.models import load_pretrained
+from ..core.models import LazyModel, load_pretrained
 from ..core.records import Candidate, Problem
 from .base import VERIFIERS, Verifier
 from .judge_prompt import judgeable, problem_text
 
 
 @VERIFIERS.register("reward_model")
-class RewardModel(Verifier):
+class RewardModel(LazyModel, Verifier):
     """Scores candidates with a sequence-classification reward model.
 
     Args:
@@ -46,12 +46,9 @@ class RewardModel(Verifier):
         self.model_name, self.batch_size, self.max_length = model, batch_size, max_length
         self.positive_label, self.num_threads = positive_label, num_threads
         self.device, self.dtype, self.trust_remote_code = device, dtype, trust_remote_code
-        self._model = None
-        self._tokenizer = None
 
-    def load(self) -> None:
-        if self._model is not None:
-            return
+    def _load(self) -> None:
+        """Load the sequence-classification model and set its padding (``load``: on first use)."""
         try:
             self._tokenizer, self._model = load_pretrained(
                 self.model_name, "AutoModelForSequenceClassification", num_threads=self.num_threads, dtype=self.dtype,
