@@ -114,19 +114,29 @@ def _run(task: str, models: tuple[str, ...], paper: dict[str, dict[str, Publishe
     return run
 
 
+def _recipe(name: str, task: str, models: tuple[str, ...], published: dict[str, dict[str, Published]], *,
+            configs: str, title: str, table_title: str, parquet: str, data_help: str) -> Recipe:
+    """One recipe of the family: coverage and fitted laws of ``models`` on ``task`` beside ``published``.
+
+    ``configs``: the hub configs it loads (a glob); ``title``, ``table_title``: what the recipe and its
+    comparison table are about; ``parquet``: the processed per-sample parquet it also reads.
+    """
+    return Recipe(name=name, title=f"Large Language Monkeys: {title}", paper=PAPER,
+                  dataset=f"hub ScalingIntelligence/monkey_business (configs {configs}), or {parquet}",
+                  run=_run(task, models, published, name,
+                           f"Large Language Monkeys: {table_title} (coverage, pass@1, exp(a k^b) fits)"),
+                  data_help=data_help)
+
+
 RECIPES = [
-    Recipe(name="llmonk-pythia-math", title="Large Language Monkeys: Pythia on MATH, coverage and scaling laws",
-           paper=PAPER, dataset="hub ScalingIntelligence/monkey_business (configs MATH_Pythia-*), or the processed "
-                                "per-sample parquet (Problem Idx, Attempt Idx, Score, Benchmark, Model)",
-           run=_run("MATH", PYTHIA_MODELS, PYTHIA_MATH_PAPER, "llmonk-pythia-math",
-                    "Large Language Monkeys: Pythia on MATH (coverage, pass@1, exp(a k^b) fits)"),
-           data_help="the processed parquet (e.g. ../shared/data/llmonk/pythia_math_individual_outcomes.parquet) "
-                     "or a directory of MATH_Pythia-*.json files"),
-    Recipe(name="llmonk-codecontests", title="Large Language Monkeys: Gemma and Llama-3 on CodeContests",
-           paper=PAPER, dataset="hub ScalingIntelligence/monkey_business (configs CodeContests_*), or a parquet in "
-                                "the processed per-sample layout",
-           run=_run("CodeContests", CODECONTESTS_MODELS, CODECONTESTS_PAPER, "llmonk-codecontests",
-                    "Large Language Monkeys: CodeContests (coverage, pass@1, exp(a k^b) fits)"),
-           data_help="a parquet in the processed per-sample layout with Benchmark 'CodeContests', or a directory "
-                     "of CodeContests_{Gemma-2B,Gemma-7B,Llama-3-8B-Instruct,Llama-3-70B-Instruct}.json files"),
+    _recipe("llmonk-pythia-math", "MATH", PYTHIA_MODELS, PYTHIA_MATH_PAPER, configs="MATH_Pythia-*",
+            title="Pythia on MATH, coverage and scaling laws", table_title="Pythia on MATH",
+            parquet="the processed per-sample parquet (Problem Idx, Attempt Idx, Score, Benchmark, Model)",
+            data_help="the processed parquet (e.g. ../shared/data/llmonk/pythia_math_individual_outcomes.parquet) "
+                      "or a directory of MATH_Pythia-*.json files"),
+    _recipe("llmonk-codecontests", "CodeContests", CODECONTESTS_MODELS, CODECONTESTS_PAPER, configs="CodeContests_*",
+            title="Gemma and Llama-3 on CodeContests", table_title="CodeContests",
+            parquet="a parquet in the processed per-sample layout",
+            data_help="a parquet in the processed per-sample layout with Benchmark 'CodeContests', or a directory "
+                      "of CodeContests_{Gemma-2B,Gemma-7B,Llama-3-8B-Instruct,Llama-3-70B-Instruct}.json files"),
 ]
