@@ -30,12 +30,12 @@ from monkeybarrel.tasks.arithmetic import ArithmeticTask
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=8)
-    parser.add_argument("--samples", type=int, default=16)
+    parser.add_argument("--samples", type=int, default=16, help="completions per problem")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
+    parser.add_argument("--max-batch", type=int, default=64, help="most rows the embedded sampler decodes together")
     parser.add_argument("--one-by-one", action="store_true", help="also time one generate() call per sample")
     parser.add_argument("--repeats", type=int, default=2,
                         help="alternate ours / HF this many times and keep each one's best (the machine may be shared)")

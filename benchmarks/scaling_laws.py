@@ -24,7 +24,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=8)
     parser.add_argument("--problems", type=int, default=1000)
-    parser.add_argument("--samples", type=int, default=10_000)
+    parser.add_argument("--samples", type=int, default=10_000, help="samples per problem (the largest k)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     rng = np.random.default_rng(0)

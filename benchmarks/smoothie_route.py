@@ -102,9 +102,9 @@ def routing_table(directory: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=10_000)
-    parser.add_argument("--generators", type=int, default=10)
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--neighbors", type=int, default=20)
+    parser.add_argument("--generators", type=int, default=10, help="generators sampled for every problem")
+    parser.add_argument("--dim", type=int, default=384, help="embedding dimension")
+    parser.add_argument("--neighbors", type=int, default=20, help="K of the local variant (timed beside K=1)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--experiment", help="print the routing table of this experiment directory instead")

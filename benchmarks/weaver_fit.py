@@ -55,8 +55,8 @@ def timed(make, data: SelectionData, repeats: int) -> tuple[list[float], np.ndar
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=500)
-    parser.add_argument("--candidates", type=int, default=100)
-    parser.add_argument("--verifiers", type=int, default=30)
+    parser.add_argument("--candidates", type=int, default=100, help="candidates per problem")
+    parser.add_argument("--verifiers", type=int, default=30, help="verifier score columns")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--prior", type=float, default=0.3, help="share of correct candidates (0.02: the low-prior case)")
     args = parser.parse_args()
