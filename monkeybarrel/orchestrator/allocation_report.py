@@ -80,7 +80,8 @@ def plot_equal_compute(equal_compute: dict[str, Any], path: Path, title: str = "
         label = PANELS.get(key, key)
         for name in dict.fromkeys(r["policy"] for r in rows if r["budget"] is not None):
             points = [r for r in rows if r["policy"] == name]
-            ax.plot([r["samples_per_problem"] for r in points], [100 * r[key] for r in points], "o-", label=name)
+            style = "s--" if name.startswith("ceiling") else "o-"  # yardsticks that peek, not policies
+            ax.plot([r["samples_per_problem"] for r in points], [100 * r[key] for r in points], style, label=name)
         adaptive = [r for r in rows if r["budget"] is None]
         if adaptive:
             ax.plot([r["samples_per_problem"] for r in adaptive], [100 * r[key] for r in adaptive], "k^",
