@@ -128,8 +128,8 @@ def real(args: argparse.Namespace) -> dict:
     outcomes, problems = _store_outcomes(args.directory)
     G, P, N = outcomes.shape
     baseline, base_problems = (outcomes, problems) if args.uniform is None else _store_outcomes(args.uniform)
-    if sorted(base_problems) != sorted(problems) or baseline.shape[0] != G:
-        raise SystemExit(f"{args.uniform}: not the same generators and problems as {args.directory}")
+    if not set(problems) <= set(base_problems) or baseline.generators != outcomes.generators:
+        raise SystemExit(f"{args.uniform}: needs the generators and every problem of {args.directory}")
     align = np.array([base_problems.index(p) for p in problems])
     base_correct, base_answers = baseline.correct[:, align], baseline.answers[:, align]
     if (baseline.available[:, align] < args.samples).any():
