@@ -7,6 +7,7 @@ optionally a system prompt's blocks shared by several prompts; padded rows (seq_
 
 from __future__ import annotations
 
+import functools
 import textwrap
 
 import numpy as np
@@ -273,7 +274,7 @@ def test_plan_cache_reuses_while_the_shared_columns_hold():
     from monkeybarrel.kernels.prefix_groups import PlanCache
 
     table, lens, _ = paged_layout([(2048, [10] * 8), (900, [3] * 4)], seed=5, width=200)
-    cache = PlanCache(16, 4, 8, min_saved=0.2)
+    cache = PlanCache(functools.partial(plan_paged_decode, block_size=16, group_size=4, num_kv_heads=8), min_saved=0.2)
     first, reused = cache.plan(table, lens)
     assert first is not None and not reused
     grown = lens + 20  # a steady decode: every request 20 tokens longer, the same blocks
@@ -291,7 +292,7 @@ def test_plan_cache_keeps_a_fallback_decision_until_the_batch_changes():
     from monkeybarrel.kernels.prefix_groups import PlanCache
 
     table, lens, _ = paged_layout([(500, [2]), (700, [5]), (300, [1])], seed=2, width=64)
-    cache = PlanCache(16, 4, 8)
+    cache = PlanCache(functools.partial(plan_paged_decode, block_size=16, group_size=4, num_kv_heads=8))
     assert cache.plan(table, lens) == (None, False)  # nothing shared: the engine's own attention
     assert cache.plan(table, lens + 1) == (None, True)
     src, dst = int(np.argsort(lens)[1]), int(np.argmax(lens))  # the 502- and the 705-token requests

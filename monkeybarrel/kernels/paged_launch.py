@@ -76,7 +76,8 @@ class PagedWorkspace:
                           prefix_waves=self.prefix_waves)
 
     def plan(self, block_table: np.ndarray, seq_lens: np.ndarray, block_size: int) -> PagedDecodePlan:
-        """:func:`~monkeybarrel.kernels.prefix_groups.plan_paged_decode` with this workspace's sizes."""
+        """:func:`~monkeybarrel.kernels.prefix_groups.plan_paged_decode` with this workspace's sizes (a
+        plan that fits :meth:`step`)."""
         return plan_paged_decode(block_table, seq_lens, block_size, self.G, self.Hkv, block_m=self.block_m,
                                  num_sms=self.num_sms, prefix_waves=self.prefix_waves)
 

@@ -21,6 +21,7 @@ by all layers), so it is unit-tested without a GPU or vLLM.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -255,15 +256,15 @@ class PlanCache:
     plan's gets the last plan back, so a steady decode costs one array compare instead of a grouping.
 
     Args:
-        block_size, group_size, num_kv_heads, block_m, num_sms, prefix_waves: as :func:`plan_paged_decode`.
+        planner: ``(block_table, seq_lens) -> PagedDecodePlan``: :func:`plan_paged_decode` with the
+            engine's sizes bound (e.g. ``PagedWorkspace.plan``, so plans fit the workspace's steps).
         min_saved: smallest :attr:`PagedDecodePlan.saved_fraction` worth the shared-prefix kernel;
             below it :meth:`plan` returns None (leave the step to the engine's own attention).
     """
 
-    def __init__(self, block_size: int, group_size: int, num_kv_heads: int, *, block_m: int = 128,
-                 num_sms: int = 132, prefix_waves: int = 1, min_saved: float = 0.2) -> None:
-        self.block_size, self.group_size, self.num_kv_heads = block_size, group_size, num_kv_heads
-        self.block_m, self.num_sms, self.prefix_waves, self.min_saved = block_m, num_sms, prefix_waves, min_saved
+    def __init__(self, planner: Callable[[np.ndarray, np.ndarray], PagedDecodePlan], *,
+                 min_saved: float = 0.2) -> None:
+        self.planner, self.min_saved = planner, min_saved
         self._last: tuple[PagedDecodePlan, bool, np.ndarray] | None = None
 
     def plan(self, block_table: np.ndarray, seq_lens: np.ndarray, *, always: bool = False,
@@ -274,8 +275,7 @@ class PlanCache:
         if self._reusable(block_table, seq_lens):
             plan, use, _ = self._last
             return (plan if use or always else None), True
-        plan = plan_paged_decode(block_table, seq_lens, self.block_size, self.group_size, self.num_kv_heads,
-                                 block_m=self.block_m, num_sms=self.num_sms, prefix_waves=self.prefix_waves)
+        plan = self.planner(block_table, seq_lens)
         use = plan.saved_fraction >= self.min_saved
         depth = max(int(plan.groups.shared_blocks.max()) if plan.groups.n_groups else 0, 1)
         self._last = (plan, use, block_table[:, :depth].copy())

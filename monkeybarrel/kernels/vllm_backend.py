@@ -23,6 +23,7 @@ synchronisation); with the V1 runner it is copied back from the GPU each step.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -86,9 +87,7 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
             self.workspace = PagedWorkspace(vllm_config.scheduler_config.max_num_seqs, self.num_heads_q,
                                             self.num_heads_kv, self.headdim, device,
                                             prefix_waves=int(os.environ.get("MONKEYBARREL_PREFIX_WAVES", "1")))
-            ws = self.workspace
-            self.planner = PlanCache(self.block_size, ws.G, ws.Hkv, num_sms=ws.num_sms, block_m=ws.block_m,
-                                     prefix_waves=ws.prefix_waves,
+            self.planner = PlanCache(functools.partial(self.workspace.plan, block_size=self.block_size),
                                      min_saved=float(os.environ.get("MONKEYBARREL_MIN_SAVED", "0.2")))
         # decode batches of up to this many requests are replayed from CUDA graphs: their step always runs
         self.graph_rows = (self.max_cudagraph_size or 0) if self.use_full_cuda_graph else 0
