@@ -66,8 +66,8 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
                 profile_shapes: tuple = ()) -> dict:
     """One engine, every shape and the parity run; returns the figures (and the backend's counters).
 
-    With ``profile`` (a directory), each shape in ``profile_shapes`` has its decode run repeated under the torch profiler and
-    the engine's kernel table (self CUDA time per kernel, summed over the run) is copied to
+    With ``profile`` (a directory), each shape in ``profile_shapes`` has its decode run repeated under the
+    torch profiler and the engine's kernel table (self CUDA time per kernel, summed over the run) is copied to
     ``profile/<backend>_<prompts>x<n>x<len>.txt``."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     stats_file = Path(f"/tmp/monkeybarrel_attention_stats_{backend}.json")
@@ -100,7 +100,7 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         return outs, time.perf_counter() - started
 
-    # warm-up (compilation of our kernels' shapes happens on first use)
+    # warm-up: the first requests after start-up (the kernels compile while vLLM captures its CUDA graphs)
     generate(prompts_for(2, 600, 99), SamplingParams(n=4, max_tokens=32, ignore_eos=True, seed=1, detokenize=False))
     for n_prompts, n, length in shapes:
         prompts = prompts_for(n_prompts, length, seed=length + n_prompts)
@@ -118,9 +118,8 @@ def run_backend(backend: str, model_dir: str, shapes: list[tuple[int, int, int]]
             "decode_tok_s": round(seqs * (NEW_TOKENS - 1) / max(t_full - t_one, 1e-9), 1)})
         print(json.dumps(result["shapes"][-1]), flush=True)
         if profile and (n_prompts, n, length) in profile_shapes:
-            llm.reset_prefix_cache()
             llm.start_profile()
-            llm.generate([{"prompt_token_ids": p} for p in prompts], full, use_tqdm=False)
+            generate(prompts, full)
             llm.stop_profile()
             Path(profile).mkdir(parents=True, exist_ok=True)
             table = trace_dir / "profiler_out_0.txt"
@@ -170,7 +169,8 @@ def main() -> None:
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s] or SHAPES
     profile_shapes = tuple(tuple(int(x) for x in s.split("x")) for s in args.profile_shapes.split(",") if s)
     if args.backend:
-        print("RESULT " + json.dumps(run_backend(args.backend, args.model_dir, shapes, args.profile, profile_shapes)), flush=True)
+        result = run_backend(args.backend, args.model_dir, shapes, args.profile, profile_shapes)
+        print("RESULT " + json.dumps(result), flush=True)
         return
     build_model(Path(args.model_dir))
     runs = {}
@@ -180,7 +180,8 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--backend", backend, "--model-dir", args.model_dir, "--shapes",
                ",".join("x".join(map(str, s)) for s in shapes),
                "--profile-shapes", args.profile_shapes,
-               "--profile", str(Path(args.profile) / variant.replace(":", "_").replace("=", "_")) if args.profile else ""]
+               "--profile",
+               str(Path(args.profile) / variant.replace(":", "_").replace("=", "_")) if args.profile else ""]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:
