@@ -139,14 +139,15 @@ def allocation_state(store: ExperimentStore, config: ExperimentConfig, task: Tas
 
 def _cells(table: pa.Table, generators: list[str], problems: list[str]) -> np.ndarray:
     """``[n]`` cell index ``g * P + p`` of each row (-1 for generators or problems not configured)."""
-    g = _index(table.column("generator_id").to_pylist(), generators)
-    p = _index(table.column("problem_id").to_pylist(), problems)
+    g = _index(table.column("generator_id"), generators)
+    p = _index(table.column("problem_id"), problems)
     return np.where((g >= 0) & (p >= 0), g * len(problems) + p, -1)
 
 
-def _index(values: list[str], names: list[str]) -> np.ndarray:
-    lookup = {name: i for i, name in enumerate(names)}
-    return np.array([lookup.get(v, -1) for v in values], dtype=np.int64)
+def _index(column: pa.ChunkedArray, names: list[str]) -> np.ndarray:
+    """``[n]`` position of each value of ``column`` in ``names`` (-1 where absent), vectorised by Arrow."""
+    found = pc.index_in(column, value_set=pa.array(names, type=column.type))
+    return np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _budget_left(config: ExperimentConfig, drawn: np.ndarray, tokens: np.ndarray, cap: np.ndarray) -> np.ndarray:
