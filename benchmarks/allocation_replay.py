@@ -42,7 +42,7 @@ from monkeybarrel.allocation.simulate import RecordedOutcomes, draw, majority_co
 from monkeybarrel.core.intervals import bootstrap_ci, paired_difference_ci
 from monkeybarrel.core.metrics import default_ks
 from monkeybarrel.experiments.llmonk_data import read_outcomes_parquet
-from monkeybarrel.orchestrator.allocation_report import plot_equal_compute, render_section
+from monkeybarrel.orchestrator.report.allocation import plot_equal_compute, render_section
 from monkeybarrel.orchestrator.experiment import Experiment
 
 PYTHIA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "llmonk" / "pythia_math_individual_outcomes.parquet"

@@ -28,7 +28,7 @@ from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.core.records import ANSWER_SCHEMA, CANDIDATE_SCHEMA, LABEL_SCHEMA, SCORE_SCHEMA
 from monkeybarrel.orchestrator.experiment import Experiment
 from monkeybarrel.orchestrator.runner import evaluate_and_report
-from monkeybarrel.orchestrator.store import ExperimentStore
+from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore
 
 
 def build(directory: Path, problems: int, samples: int, seed: int = 0, chunks: int = 10) -> None:
@@ -71,7 +71,7 @@ def report_in_subprocess(directory: Path) -> tuple[float, float, float]:
     CPU seconds (user + system) are less sensitive than wall time to other load on a shared machine."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli", "report", str(directory)],
+    subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli.main", "report", str(directory)],
                    check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -110,7 +110,7 @@ def main() -> None:
               f"{wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {peak:.2f} GB")
         if args.chunks > 1:
             began = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli", "store", "compact", str(directory)],
+            subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli.main", "store", "compact", str(directory)],
                            check=True, stdout=subprocess.DEVNULL)
             compacted = time.perf_counter() - began
             load = os.getloadavg()[0]

@@ -27,7 +27,7 @@ for s in ${STAGES:-setup tests gsm8k bench}; do
       [ -s /tmp/smol.gguf ] || cat /tmp/gguf/gguf.part* > /tmp/smol.gguf
       sed -e "s#../shared/data/gsm8k/test.jsonl#$PWD/.devcarry/gsm8k_test.jsonl#" -e "s#smollm2-135m-instruct#/tmp/smol.gguf#" \
         monkeybarrel/experiments/configs/gsm8k_vllm_gpu.yaml > /tmp/gsm8k_gpu.yaml
-      timeout ${T_GSM8K:-300} python3 -m monkeybarrel.orchestrator.cli run /tmp/gsm8k_gpu.yaml --out /tmp/gsm8k_gpu \
+      timeout ${T_GSM8K:-300} python3 -m monkeybarrel.orchestrator.cli.main run /tmp/gsm8k_gpu.yaml --out /tmp/gsm8k_gpu \
         --no-progress 2>&1 | tee "$OUT/gsm8k.log" | grep -vE "^(INFO|WARNING|\(EngineCore)" | tail -40
       cp /tmp/gsm8k_gpu/report.md "$OUT/gsm8k_report.md" 2>/dev/null
       cp /tmp/gsm8k_gpu/metrics.json "$OUT/gsm8k_metrics.json" 2>/dev/null ;;

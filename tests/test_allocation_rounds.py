@@ -16,7 +16,7 @@ import yaml
 from conftest import tiny_config
 from monkeybarrel.core.config import ConfigError, ExperimentConfig
 from monkeybarrel.orchestrator.runner import run_experiment
-from monkeybarrel.orchestrator.store import ExperimentStore
+from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore
 
 
 def _per_problem(directory: Path) -> dict[str, int]:
@@ -77,7 +77,7 @@ def test_sigkill_mid_round_then_resume_loses_and_duplicates_nothing(tmp_path: Pa
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "monkeybarrel.orchestrator.cli", "run", str(config_path),
+    process = subprocess.Popen([sys.executable, "-m", "monkeybarrel.orchestrator.cli.main", "run", str(config_path),
                                 "--out", str(out), "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:

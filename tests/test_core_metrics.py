@@ -106,7 +106,7 @@ def test_verifier_quality_reports_failures_top1_and_auroc():
     import pyarrow as pa
 
     from monkeybarrel.core.selection_data import SelectionData
-    from monkeybarrel.orchestrator.evaluate_stage import verifier_quality
+    from monkeybarrel.orchestrator.stages.evaluate import verifier_quality
 
     keys = pa.table({"problem_id": ["a", "a", "b", "b"], "generator_id": ["g"] * 4, "sample_index": [0, 1, 0, 1]})
     labels = np.array([1, 0, 0, 1])

@@ -8,9 +8,9 @@ import pyarrow as pa
 from monkeybarrel.core.config import EvaluateSpec, ExperimentConfig, SelectorSpec, TaskSpec, VerifierSpec
 from monkeybarrel.core.metrics import majority_curve, selection_accuracy
 from monkeybarrel.core.selection_data import SelectionData
-from monkeybarrel.orchestrator.accuracy_vs_k import accuracy_vs_k, pool_answer_frequency, random_k_subset
-from monkeybarrel.orchestrator.report import plot_curves, render_markdown
-from monkeybarrel.orchestrator.select_stage import build_selector, fit_selector
+from monkeybarrel.orchestrator.report.accuracy_vs_k import accuracy_vs_k, pool_answer_frequency, random_k_subset
+from monkeybarrel.orchestrator.report.markdown import plot_curves, render_markdown
+from monkeybarrel.orchestrator.stages.select import build_selector, fit_selector
 
 SELECTORS = [SelectorSpec(name="majority", type="majority"), SelectorSpec(name="weaver", type="weaver"),
              SelectorSpec(name="naive", type="naive_ensemble"), SelectorSpec(name="best single", type="best_single")]

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from conftest import tiny_config
-from monkeybarrel.orchestrator.cli import demo_config_path, main
+from monkeybarrel.orchestrator.cli.main import demo_config_path, main
 from monkeybarrel.orchestrator.experiment import Experiment
 
 

@@ -19,9 +19,9 @@ from conftest import REPO, tiny_config
 from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.core.intervals import bootstrap_ci, paired_difference_ci
 from monkeybarrel.core.records import ANSWER_SCHEMA, CANDIDATE_SCHEMA, LABEL_SCHEMA, SCORE_SCHEMA
-from monkeybarrel.orchestrator.cli import main
-from monkeybarrel.orchestrator.report import percent
-from monkeybarrel.orchestrator.store import ExperimentStore
+from monkeybarrel.orchestrator.cli.main import main
+from monkeybarrel.orchestrator.report.markdown import percent
+from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore
 
 ARTIFACTS = Path(os.environ.get("MONKEYBARREL_ARTIFACTS", REPO / "test-artifacts"))
 
@@ -187,7 +187,7 @@ def test_show_compare_export(tmp_path: Path, capsys):
     assert main(["compare", str(first), str(second)]) == 0
     text = capsys.readouterr().out
     assert "config.seed: 0 -> 1" in text and "sample accuracy" in text and "paired" in text
-    from monkeybarrel.orchestrator.compare import compare
+    from monkeybarrel.orchestrator.report.compare import compare
     result = compare(first, second)
     row = next(r for r in result["metrics"] if r["name"] == "sample accuracy")
     a, b = (_strict_json(d / "metrics.json")["sample_accuracy"] for d in (first, second))
@@ -210,7 +210,7 @@ def test_report_html_drills_down_in_headless_chromium(tmp_path: Path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         pytest.skip("no headless Chromium (Debian: apt-get install chromium)")
-    from monkeybarrel.orchestrator.drilldown import Drilldown
+    from monkeybarrel.orchestrator.report.drilldown import Drilldown
     from monkeybarrel.orchestrator.experiment import Experiment
     view = Drilldown.load(Experiment(out))
     wrong = [p for p in view.problem_ids() if view.summary(p)["picks"]["majority"]["correct"] is False]

@@ -19,9 +19,9 @@ import yaml
 from conftest import tiny_config
 from monkeybarrel.core.config import ConfigError, ExperimentConfig
 from monkeybarrel.core.records import CANDIDATE_SCHEMA
-from monkeybarrel.orchestrator.config_guard import ConfigConflictError
+from monkeybarrel.orchestrator.store.config_guard import ConfigConflictError
 from monkeybarrel.orchestrator.runner import run_experiment
-from monkeybarrel.orchestrator.store import ExperimentStore, StoreError
+from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore, StoreError
 from monkeybarrel.core.files import TaskDataError
 from monkeybarrel.verifiers.base import VERIFIERS, Verifier
 
@@ -67,9 +67,9 @@ def test_temporaries_belong_to_their_writer_and_only_dead_writers_are_cleaned(tm
 
 
 def test_second_writer_is_refused_naming_the_holder(tmp_path: Path):
-    from monkeybarrel.orchestrator.lock import RunLock, StoreLockedError
+    from monkeybarrel.orchestrator.store.lock import RunLock, StoreLockedError
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from monkeybarrel.orchestrator.lock import RunLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from monkeybarrel.orchestrator.store.lock import RunLock; "
                                f"lock = RunLock({str(tmp_path)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -108,8 +108,8 @@ def test_force_removes_only_store_files_and_refuses_a_non_store(tmp_path: Path):
 
 
 def test_store_check_repair_compact(tmp_path: Path, capsys):
-    from monkeybarrel.orchestrator.cli import main
-    from monkeybarrel.orchestrator.store_maintenance import check
+    from monkeybarrel.orchestrator.cli.main import main
+    from monkeybarrel.orchestrator.store.maintenance import check
 
     store = ExperimentStore(tmp_path)
     store.write_text("config.yaml", "name: x\n")
@@ -144,7 +144,7 @@ def test_sigkill_mid_run_then_resume_has_no_missing_or_duplicate_candidates(tmp_
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "monkeybarrel.orchestrator.cli", "run", str(config_path),
+    process = subprocess.Popen([sys.executable, "-m", "monkeybarrel.orchestrator.cli.main", "run", str(config_path),
                                 "--out", str(out), "--no-progress"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 240
@@ -215,7 +215,7 @@ def test_a_model_that_cannot_load_stops_the_run_and_records_nothing(tmp_path: Pa
 
 def test_new_samples_rescore_whole_problem_verifiers_and_the_newest_scores_win(tmp_path: Path):
     from monkeybarrel.core.records import Problem
-    from monkeybarrel.orchestrator.verify_stage import run_verify_stage
+    from monkeybarrel.orchestrator.stages.verify import run_verify_stage
 
     store = ExperimentStore(tmp_path / "run")
     config = ExperimentConfig.from_dict(tiny_config(verifiers=[{"name": "freq", "type": "answer_frequency"},
@@ -269,7 +269,7 @@ def _prestored(directory: Path, problems: int, samples: int) -> None:
 
 
 def test_ctrl_c_during_verify_keeps_every_finished_score(tmp_path: Path, capsys):
-    from monkeybarrel.orchestrator.cli import main
+    from monkeybarrel.orchestrator.cli.main import main
 
     out = tmp_path / "run"
     _prestored(out, problems=5, samples=2)

@@ -10,8 +10,8 @@ import pytest
 
 from monkeybarrel.core.config import ConfigError, ExperimentConfig
 from monkeybarrel.core.records import Candidate, Problem, candidates_to_table
-from monkeybarrel.orchestrator.store import ExperimentStore
-from monkeybarrel.orchestrator.verify_stage import run_verify_stage
+from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore
+from monkeybarrel.orchestrator.stages.verify import run_verify_stage
 from monkeybarrel.verifiers.base import VERIFIERS, Verifier
 
 

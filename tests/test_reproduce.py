@@ -13,7 +13,7 @@ from test_llmonk_data import REAL, write_outcomes
 from test_selection_weaver_data import weaver_rows
 
 from monkeybarrel.experiments.reproduce import all_recipes
-from monkeybarrel.orchestrator.cli import main
+from monkeybarrel.orchestrator.cli.main import main
 
 
 @pytest.fixture()

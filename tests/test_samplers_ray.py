@@ -20,7 +20,7 @@ from monkeybarrel.core.config import ConfigError, ExperimentConfig, GeneratorSpe
 from monkeybarrel.core.plugins import build_plugin  # noqa: E402
 from monkeybarrel.core.records import Problem  # noqa: E402
 from monkeybarrel.orchestrator.runner import run_experiment  # noqa: E402
-from monkeybarrel.orchestrator.store import ExperimentStore  # noqa: E402
+from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore  # noqa: E402
 from monkeybarrel.samplers.base import SAMPLERS, SampleRequest  # noqa: E402
 from monkeybarrel.samplers.ray_pool import RaySampler  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.core.metrics import selection_accuracy
 from monkeybarrel.core.selection_data import SelectionData
-from monkeybarrel.orchestrator.select_stage import run_select_stage
+from monkeybarrel.orchestrator.stages.select import run_select_stage
 from monkeybarrel.selection.base import SELECTORS, Selector
 from monkeybarrel.selection.baselines import BestSingle, BestSingleLabeled, NaiveEnsemble, Supervised
 from monkeybarrel.selection.checks import CHECKS, check_selector, make_data

@@ -12,7 +12,7 @@ import pytest
 
 from monkeybarrel.experiments.weaver_data import load_weaver_dataset, main, verifier_columns
 from monkeybarrel.orchestrator.runner import evaluate_and_report
-from monkeybarrel.orchestrator.store import StoreError
+from monkeybarrel.orchestrator.store.experiment_store import StoreError
 
 K = 5
 

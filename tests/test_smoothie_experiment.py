@@ -12,7 +12,7 @@ from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.core.records import Candidate, candidates_to_table
 from monkeybarrel.orchestrator.experiment import Experiment
 from monkeybarrel.orchestrator.runner import build_task, run_experiment
-from monkeybarrel.orchestrator.store import ExperimentStore
+from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore
 
 SELECTORS = [
     {"name": "smoothie-global", "type": "smoothie", "options": {"variant": "global"}},

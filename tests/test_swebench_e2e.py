@@ -11,7 +11,7 @@ from rich.console import Console
 from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.experiments.swe_taskset.build_repos import HERE as TASKSET
 from monkeybarrel.orchestrator.runner import run_experiment
-from monkeybarrel.orchestrator.show import show
+from monkeybarrel.orchestrator.report.show import show
 
 pytestmark = pytest.mark.docker  # CI-sized: 2 tasks, the embedded model in every stage, about 3 minutes on 2 cores
 

@@ -33,8 +33,8 @@ from ..core.groups import group_argmax
 from ..core.metrics import selection_accuracy
 from ..core.records import candidates_from_table
 from ..orchestrator.experiment import Experiment
-from ..orchestrator.select_stage import build_selector
-from ..orchestrator.store import StoreError
+from ..orchestrator.stages.select import build_selector
+from ..orchestrator.store.experiment_store import StoreError
 from ..selection.majority import MajorityVote
 from ..selection.weaver import WeaverSelector, problem_share_mask
 from ..verifiers.distilled import DistilledVerifier, TrainingSettings, train_cross_encoder

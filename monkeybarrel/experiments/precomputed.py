@@ -17,8 +17,8 @@ import pyarrow as pa
 from ..core.config import ExperimentConfig
 from ..core.records import ANSWER_SCHEMA, CANDIDATE_SCHEMA, LABEL_SCHEMA, SCORE_SCHEMA, Problem, problems_to_table
 from ..orchestrator.experiment import Experiment
-from ..orchestrator.manifest import new_manifest
-from ..orchestrator.store import ExperimentStore, StoreError
+from ..orchestrator.store.manifest import new_manifest
+from ..orchestrator.store.experiment_store import ExperimentStore, StoreError
 
 
 def write_precomputed(out_dir: str | Path, config: ExperimentConfig, problems: Sequence[Problem],

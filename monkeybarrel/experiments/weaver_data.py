@@ -44,7 +44,7 @@ import pyarrow as pa
 from ..core.config import EvaluateSpec, ExperimentConfig, GeneratorSpec, SelectorSpec, TaskSpec, VerifierSpec
 from ..core.records import Problem
 from ..orchestrator.experiment import Experiment
-from ..orchestrator.store import StoreError
+from ..orchestrator.store.experiment_store import StoreError
 from .precomputed import write_precomputed
 
 HUB_DATASETS = {

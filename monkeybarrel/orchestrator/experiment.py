@@ -13,7 +13,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from ..core.config import ExperimentConfig
 from ..core.records import ANSWER_SCHEMA, CANDIDATE_KEY, LABEL_SCHEMA, Problem, problems_from_table
 from ..core.selection_data import SelectionData
-from .store import ExperimentStore, StoreError
+from .store.experiment_store import ExperimentStore, StoreError
 
 
 class Experiment:

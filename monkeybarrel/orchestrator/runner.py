@@ -10,23 +10,23 @@ from typing import Any
 from ..core.config import ExperimentConfig
 from ..core.records import Problem, problems_from_table, problems_to_table
 from ..tasks.base import Task
-from .accuracy_vs_k import accuracy_vs_k
-from .allocation_report import equal_compute_metrics, plot_equal_compute, render_section
-from .allocation_rounds import run_allocated_sampling, uses_rounds
-from .config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
-from .evaluate_stage import evaluate, to_json
+from .report.accuracy_vs_k import accuracy_vs_k
+from .report.allocation import equal_compute_metrics, plot_equal_compute, render_section
+from .stages.allocation_rounds import run_allocated_sampling, uses_rounds
+from .store.config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
+from .stages.evaluate import evaluate, to_json
 from .experiment import Experiment
-from .label_stage import run_label_stage
-from .lock import RunLock
-from .manifest import new_manifest, now, package_versions
-from .preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
-from .report import plot_curves, render_markdown
-from .report_html import write_html
-from .sample_stage import gpu_summary, run_sample_stage, sum_over_runs, token_summary
-from .select_stage import run_select_stage
-from .store import ExperimentStore, StoreError, atomic_write_bytes
-from .store_maintenance import compact_if_fragmented
-from .verify_stage import run_verify_stage
+from .stages.label import run_label_stage
+from .store.lock import RunLock
+from .store.manifest import new_manifest, now, package_versions
+from .stages.preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
+from .report.markdown import plot_curves, render_markdown
+from .report.html_page import write_html
+from .stages.sample import gpu_summary, run_sample_stage, sum_over_runs, token_summary
+from .stages.select import run_select_stage
+from .store.experiment_store import ExperimentStore, StoreError, atomic_write_bytes
+from .store.maintenance import compact_if_fragmented
+from .stages.verify import run_verify_stage
 
 log = logging.getLogger("monkeybarrel")
 

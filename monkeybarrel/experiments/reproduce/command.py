@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ...orchestrator.config_guard import ConfigConflictError
-from ...orchestrator.store import StoreError
+from ...orchestrator.store.config_guard import ConfigConflictError
+from ...orchestrator.store.experiment_store import StoreError
 from ..hub import DataUnavailableError
 from . import all_recipes
 from .base import print_comparison, write_outputs

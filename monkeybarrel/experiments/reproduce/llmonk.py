@@ -18,7 +18,7 @@ import numpy as np
 from ...core.scaling_laws import coverage_at_k, fit_coverage_law, log_spaced_ks
 from ..llmonk_data import SampleOutcomes, read_monkey_business, read_outcomes_parquet, stack_counts
 from .base import Comparison, Published, Recipe, Row
-from ...orchestrator.coverage_plot import plot_coverage_laws
+from ...orchestrator.report.coverage_plot import plot_coverage_laws
 
 PAPER = "Brown et al., Large Language Monkeys, arXiv 2407.21787"
 FIG5 = "arXiv 2407.21787, Fig. 5"

@@ -1,0 +1,1 @@
+"""The `monkeybarrel` command line."""

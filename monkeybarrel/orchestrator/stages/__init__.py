@@ -1,0 +1,1 @@
+"""Stage drivers: sample, verify, label, select and evaluate one experiment against its store."""

@@ -1,0 +1,134 @@
+"""Sample stage: draw the missing (problem, sample) pairs of every generator into the store."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...core.config import ExperimentConfig
+from ...core.plugins import build_plugin
+from ...core.records import Candidate, Problem, candidates_to_table
+from ...samplers.base import SAMPLERS, Sampler, SampleRequest, request_seed
+from .progress import progress_bar
+from ..store.experiment_store import ExperimentStore
+
+
+def missing_requests(config: ExperimentConfig, generator_index: int, problems: list[Problem],
+                     done: dict[str, set[int]], targets: dict[str, int] | None = None) -> list[SampleRequest]:
+    """One request per problem with the sample indices not yet stored, seeded by what is sampled.
+
+    ``targets`` maps problem ids to how many samples they should have (default ``num_samples``).
+    """
+    spec = config.generators[generator_index]
+    requests = []
+    for problem in problems:
+        have = done.get(problem.problem_id, set())
+        wanted = spec.num_samples if targets is None else min(targets.get(problem.problem_id, 0), spec.num_samples)
+        missing = tuple(i for i in range(wanted) if i not in have)
+        if missing:
+            seed = request_seed(config.generator_seed(spec), spec.id, problem.problem_id, missing[0])
+            requests.append(SampleRequest(problem, missing, seed))
+    return requests
+
+
+def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems: list[Problem],
+                     show_progress: bool = True,
+                     targets: dict[str, dict[str, int]] | None = None,
+                     samplers: dict[str, Sampler] | None = None) -> dict[str, Any]:
+    """Generate and store every missing candidate; returns per-generator cost figures.
+
+    ``targets`` (generator id -> problem id -> samples wanted) limits what is missing, e.g. to one
+    allocation round; by default every problem gets ``num_samples``. ``samplers`` (generator id ->
+    sampler) keeps samplers across calls: missing ones are built into it and the caller closes them.
+    """
+    stored = store.candidates()
+    done: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for pid, gid, idx in zip(stored.column("problem_id").to_pylist(), stored.column("generator_id").to_pylist(),
+                             stored.column("sample_index").to_pylist()):
+        done[gid][pid].add(idx)
+    costs: dict[str, Any] = {}
+    for index, spec in enumerate(config.generators):
+        requests = missing_requests(config, index, problems, done[spec.id],
+                                    None if targets is None else targets.get(spec.id, {}))
+        if not requests:
+            continue
+        total = sum(len(r.sample_indices) for r in requests)
+        sampler = None if samplers is None else samplers.get(spec.id)
+        if sampler is None:
+            sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
+            if samplers is not None:
+                samplers[spec.id] = sampler
+        started, tokens, errors, buffer, buffered_problems = time.perf_counter(), 0, 0, [], 0
+        last_flush, policy = started, config.store
+        try:
+            with progress_bar(f"sample {spec.id}", total, show_progress) as bar:
+                for candidates in sampler.sample(requests):
+                    buffer.extend(candidates)
+                    buffered_problems += 1
+                    tokens += sum(c.completion_tokens for c in candidates)
+                    errors += sum(c.finish_reason == "error" for c in candidates)
+                    elapsed = time.perf_counter() - started
+                    bar.advance(len(candidates), info=f"{tokens / max(elapsed, 1e-9):.0f} tok/s")
+                    if (buffered_problems >= policy.chunk_problems if policy.chunk_problems is not None else
+                            len(buffer) >= policy.chunk_rows or time.perf_counter() - last_flush >= policy.flush_seconds):
+                        pending, buffer, buffered_problems = buffer, [], 0  # a chunk is written once, never twice
+                        _flush(store, pending)
+                        last_flush = time.perf_counter()
+        finally:  # also on Ctrl-C or a sampler crash: every finished candidate is kept
+            try:
+                _flush(store, buffer)
+            finally:
+                if samplers is None:
+                    sampler.close()
+        costs[spec.id] = {"samples": total, "completion_tokens": tokens, "errors": errors,
+                          "wall_s": round(time.perf_counter() - started, 3)}
+        gpu_seconds = getattr(sampler, "gpu_seconds", None)  # GPUs held x wall s, for backends that know it
+        if gpu_seconds is not None:
+            costs[spec.id]["gpu_s"] = round(float(gpu_seconds), 3)
+    return costs
+
+
+def gpu_summary(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """GPU-seconds per generator summed over the manifest's runs (generators whose sampler reported them)."""
+    return sum_over_runs(runs, "gpu_s")
+
+
+def sum_over_runs(runs: list[dict[str, Any]], field: str) -> dict[str, float]:
+    """``field`` of each generator's sample-stage record (``wall_s``, ``gpu_s``) summed over the manifest's runs."""
+    out: dict[str, float] = {}
+    for run in runs:
+        for gid, info in (run.get("sampled") or {}).items():
+            if info.get(field) is not None:
+                out[gid] = round(out.get(gid, 0.0) + info[field], 3)
+    return out
+
+
+def _flush(store: ExperimentStore, candidates: list[Candidate]) -> None:
+    if candidates:
+        store.append_chunk("candidates", candidates_to_table(candidates))
+
+
+def token_summary(candidates: pa.Table) -> dict[str, Any]:
+    """Token, error and truncation totals per generator from a candidate table (columnar)."""
+    if candidates.num_rows == 0:
+        return {}
+    reason = candidates.column("finish_reason")
+    table = pa.table({
+        "generator_id": candidates.column("generator_id"),
+        "prompt_tokens": candidates.column("prompt_tokens"),
+        "completion_tokens": candidates.column("completion_tokens"),
+        "errors": pc.cast(pc.fill_null(pc.equal(reason, "error"), False), pa.int64()),
+        "truncated": pc.cast(pc.fill_null(pc.equal(reason, "length"), False), pa.int64()),
+    })
+    grouped = table.group_by("generator_id").aggregate(
+        [("generator_id", "count"), ("prompt_tokens", "sum"), ("completion_tokens", "sum"), ("errors", "sum"),
+         ("truncated", "sum")]).to_pylist()
+    return {row["generator_id"]: {"candidates": int(row["generator_id_count"]),
+                                  "prompt_tokens": int(row["prompt_tokens_sum"] or 0),
+                                  "completion_tokens": int(row["completion_tokens_sum"] or 0),
+                                  "errors": int(row["errors_sum"]), "truncated": int(row["truncated_sum"])}
+            for row in sorted(grouped, key=lambda r: r["generator_id"])}
