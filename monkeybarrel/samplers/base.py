@@ -7,10 +7,11 @@ store them in chunks. A request that fails yields error candidates instead of ra
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from abc import ABC, abstractmethod
-from typing import Iterable, Iterator
+from typing import Hashable, Iterable, Iterator
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate, Problem
@@ -32,6 +33,28 @@ class Sampler(ABC):
     @property
     def generator_id(self) -> str:
         return self.spec.id
+
+    # ---- engine sharing (samplers.engine_pool) ---------------------------------------------
+    SAMPLING_FIELDS = ("id", "num_samples", "temperature", "top_p", "max_tokens", "seed", "system_prompt",
+                       "prompt_template")
+    """Spec fields a request's sampling reads per call: they may differ between users of one engine."""
+
+    def key_for(self, spec: GeneratorSpec) -> Hashable | None:
+        """What starts this backend's engine for ``spec`` (backend, model, options), or None if not shareable.
+
+        Two specs with equal keys can share one started sampler: everything else of the spec
+        (:attr:`SAMPLING_FIELDS`) is read per request.
+        """
+        fields = spec.model_dump(exclude=set(self.SAMPLING_FIELDS))
+        return json.dumps(fields, sort_keys=True, default=str)
+
+    def engine_key(self) -> Hashable | None:
+        """:meth:`key_for` of this sampler's own spec."""
+        return self.key_for(self.spec)
+
+    def rebind(self, spec: GeneratorSpec) -> None:
+        """Serve ``spec`` (same engine key) from now on: its id, prompt and sampling settings."""
+        self.spec = spec
 
     def messages(self, problem: Problem) -> list[dict[str, str]]:
         """The chat sent for ``problem``: optional system prompt, then the templated user turn."""

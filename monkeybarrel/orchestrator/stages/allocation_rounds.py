@@ -21,6 +21,7 @@ from ...core.config import ConfigError, ExperimentConfig
 from ...core.groups import factorize
 from ...core.records import ANSWER_SCHEMA, Problem
 from ...samplers.base import Sampler
+from ...samplers.engine_pool import active_pool
 from ...tasks.base import Task
 from .label import run_label_stage
 from .sample import run_sample_stage
@@ -64,8 +65,10 @@ def run_allocated_sampling(store: ExperimentStore, config: ExperimentConfig, tas
                 break
             ledger = _decide(store, ledger, config, problems, state, grants)
     finally:
+        pool = active_pool()
         for sampler in samplers.values():
-            sampler.close()
+            if pool is None or not pool.owns(sampler):  # a shared engine outlives this experiment
+                sampler.close()
     return costs
 
 

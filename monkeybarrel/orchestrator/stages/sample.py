@@ -9,10 +9,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...core.config import ExperimentConfig
+from ...core.config import ExperimentConfig, GeneratorSpec
 from ...core.plugins import build_plugin
 from ...core.records import Candidate, Problem, candidates_to_table
 from ...samplers.base import SAMPLERS, Sampler, SampleRequest, request_seed
+from ...samplers.engine_pool import active_pool
 from .progress import progress_bar
 from ..store.experiment_store import ExperimentStore
 
@@ -51,6 +52,7 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
                              stored.column("sample_index").to_pylist()):
         done[gid][pid].add(idx)
     costs: dict[str, Any] = {}
+    pool = active_pool()
     for index, spec in enumerate(config.generators):
         requests = missing_requests(config, index, problems, done[spec.id],
                                     None if targets is None else targets.get(spec.id, {}))
@@ -59,9 +61,11 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
         total = sum(len(r.sample_indices) for r in requests)
         sampler = None if samplers is None else samplers.get(spec.id)
         if sampler is None:
-            sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
+            sampler = _sampler(spec, index)
             if samplers is not None:
                 samplers[spec.id] = sampler
+        pooled = pool is not None and pool.owns(sampler)
+        gpu_before = getattr(sampler, "gpu_seconds", None)
         started, tokens, errors, buffer, buffered_problems = time.perf_counter(), 0, 0, [], 0
         last_flush, policy = started, config.store
         try:
@@ -82,14 +86,23 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
             try:
                 _flush(store, buffer)
             finally:
-                if samplers is None:
+                if samplers is None and not pooled:
                     sampler.close()
         costs[spec.id] = {"samples": total, "completion_tokens": tokens, "errors": errors,
                           "wall_s": round(time.perf_counter() - started, 3)}
         gpu_seconds = getattr(sampler, "gpu_seconds", None)  # GPUs held x wall s, for backends that know it
-        if gpu_seconds is not None:
-            costs[spec.id]["gpu_s"] = round(float(gpu_seconds), 3)
+        if gpu_seconds is not None:  # this stage's share: a pooled sampler counts every experiment's
+            costs[spec.id]["gpu_s"] = round(float(gpu_seconds) - float(gpu_before or 0.0), 3)
     return costs
+
+
+def _sampler(spec: GeneratorSpec, index: int) -> Sampler:
+    """A new sampler for ``generators[index]``, or the shared one of an open ``shared_engines()`` block."""
+    def build() -> Sampler:
+        return build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
+
+    pool = active_pool()
+    return build() if pool is None else pool.sampler(spec, build)
 
 
 def gpu_summary(runs: list[dict[str, Any]]) -> dict[str, float]:
