@@ -2,21 +2,22 @@
 
 Pipeline, fitted on the score matrix of a whole dataset without labels:
 
-1. normalise each verifier's scores over the dataset (``ScoreNormalizer``);
-2. binarise: a verifier votes "correct" when its normalised score is >= ``threshold``, i.e.
-   when its raw score is >= its cutoff (``cutoffs_``); a missing score (NaN) is an abstain,
-   never a negative vote. ``n_bins > 2`` splits each verifier into that many ordered bins
-   instead (an extension: less information is thrown away);
-3. drop degenerate verifiers (almost no votes, almost always the same vote, a near-copy of an
-   earlier verifier) and, after a first fit, near-random ones (|TPR - FPR| < ``min_gap``);
-4. fit the latent-class (Dawid–Skene) label model: the hidden Y ~ Bern(prior) and the votes are
-   independent given Y, with per-verifier TPR = P(vote 1 | Y=1) and FPR = P(vote 1 | Y=0). EM
-   runs until the log-likelihood stops changing (``tol``), starting from the soft majority vote,
-   and a label-flip guard keeps the solution where the verifiers beat chance;
-5. score each candidate by its posterior log-odds of being correct; pick the argmax per problem.
+1. normalise each verifier's scores over the dataset and binarise them at a threshold (``score_bins``);
+   a missing score (NaN) is an abstain, never a negative vote; ``n_bins > 2`` keeps more bins;
+2. drop degenerate verifiers (almost no votes, almost always the same vote) and weight copies of each
+   other down (composite likelihood: correlated verifiers share one vote);
+3. fit the latent-class (Dawid–Skene) label model by EM to convergence (``label_model``): a hidden
+   correct/incorrect label, per-verifier TPR = P(vote 1 | correct) and FPR = P(vote 1 | incorrect);
+4. with final answers (the default of the selector), the label belongs to an *answer*: the candidates
+   giving it are repeated evidence about it, the answer's share of the samples is one more
+   observation (the majority evidence), and reliability may depend on the problem: problems are
+   stratified by how much their samples agree, a verifier whose rates differ significantly between
+   strata gets its own rates in each, and where the verifiers contradict the majority evidence in a
+   stratum its weight there is re-estimated from the verifiers alone (``answer_structure``);
+5. score each candidate by the posterior log-odds that its answer is correct; pick the argmax per problem.
 
-A few labels (``y`` in ``fit``; ``dev_fraction`` of the problems in the selector) can set the
-class prior and choose the threshold on those problems.
+A few labels (``y`` in ``fit``; ``dev_fraction`` of the problems in the selector) fix those items'
+labels in EM, set the class prior, orient the model and can choose the threshold.
 """
 
 from __future__ import annotations
@@ -25,23 +26,40 @@ import warnings
 from typing import Any, Sequence
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..core.groups import group_argmax
 from ..core.selection_data import SelectionData
+from . import label_model as lm
+from .answer_structure import N_CELLS, AnswerStructure, agreement_edges, answer_structure, cell_name
 from .base import SELECTORS, Selector
+from .score_bins import NORMALIZATIONS, ScoreNormalizer, as_matrix, bin_codes, bin_indicators  # noqa: F401 (re-exported)
 
-NORMALIZATIONS = ("quantile", "minmax", "weaver", "none")
 NEAR_RANDOM_GAP = 0.02
 """Kept verifiers with |TPR - FPR| below this are reported as near random (their weight is ~0)."""
-AMBIGUOUS_SHARE = 0.25
-"""Label-free orientation is reported ambiguous when this share of the weighted evidence points the other way."""
+AMBIGUOUS_SHARE = 1 / 3
+"""Without final answers, the orientation is reported ambiguous when this weighted share of the verifier
+evidence points the other way (the mirror solution always fits the votes as well)."""
+ANSWER_ORIENTATION_MARGIN = np.log(20.0)
+"""With final answers, the two orientations are compared by how well each fits "at most one answer per
+problem is right"; a log-likelihood difference below this leaves the verifiers' direction to decide."""
 START_TOP_SHARES = (0.2, 0.05, 0.01)
 START_STEPS = 12
 """EM's label-free starts: the soft majority vote plus hard starts at these top shares of it, each run
-``START_STEPS`` EM steps; the best objective goes on."""
+``START_STEPS`` EM steps (on at most ``START_ROWS`` rows); the best objective goes on."""
+START_ROWS = 60_000
+CORRELATION_ROWS = 100_000
+"""Vote correlations (dependence weights) are estimated on at most this many rows (a seeded sample)."""
+HETEROGENEITY_P = 1e-6
+"""The notes name a verifier whose rates differ between agreement strata at this significance (G test on the
+soft counts); every verifier's per-stratum rates are shrunk towards its rates over all strata regardless."""
+UNANIMITY = 0.75
+SANITY_MARGIN = 0.1
+"""The verifiers alone are trusted to check the majority evidence unless, on problems where at least
+``UNANIMITY`` of the samples agree, they pick the agreed answer more than ``SANITY_MARGIN`` less often than
+the model fitted with it (then they are too weak to stand alone, and the joint model is kept)."""
 THRESHOLD_GRID = np.round(np.arange(0.05, 0.951, 0.05), 2)
 """Thresholds tried by ``threshold="search"`` (the paper's 0.05-step grid)."""
 
@@ -54,162 +72,13 @@ def _single_threaded_blas():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def _as_matrix(estimator: BaseEstimator, X: Any, reset: bool) -> np.ndarray:
-    """``X`` as a dense ``[n_candidates, n_verifiers]`` float64 array, checked by scikit-learn (2-D, not
-    sparse or complex, no infinity: NaN is the missing score; ``n_features_in_`` set or checked)."""
-    return validate_data(estimator, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
-
-
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
-# ---- normalisation ----------------------------------------------------------------------------
-class ScoreNormalizer(TransformerMixin, BaseEstimator):
-    """Per-verifier, dataset-level normalisation to [0, 1]; NaN stays NaN.
-
-    Args:
-        method: ``quantile`` (the empirical CDF over the dataset, ties at their mid-rank, as
-            scikit-learn's uniform ``QuantileTransformer``; robust to the unbounded logits of
-            reward models, and a threshold of 0.5 is the verifier's median), ``minmax``,
-            ``weaver`` (min-max unless the scores already lie in [0, 1], as the reference
-            implementation does) or ``none``.
-        n_quantiles: CDF knots kept per verifier by the ``quantile`` method (all distinct
-            points when there are fewer).
-
-    Attributes:
-        quantiles_: ``[n_quantiles, m]`` score at each CDF level (``quantile``; NaN for all-NaN columns).
-        low_, high_: ``[m]`` the range mapped to [0, 1] (``minmax``/``weaver``; NaN = left alone).
-    """
-
-    def __init__(self, method: str = "quantile", n_quantiles: int = 1000) -> None:
-        self.method = method
-        self.n_quantiles = n_quantiles
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = True  # NaN stays NaN (a missing score)
-        return tags
-
-    def fit(self, X: Any, y: Any = None) -> "ScoreNormalizer":
-        if self.method not in NORMALIZATIONS:
-            raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {self.method!r}")
-        X = _as_matrix(self, X, reset=True)
-        finite = (~np.isnan(X)).sum(axis=0)
-        if self.method == "quantile":
-            # sklearn's QuantileTransformer computes the same knots but spends ~1 s in nanpercentile at 50k x 30
-            ordered = np.sort(np.asfortranarray(X), axis=0)  # NaN sorts last
-            self.references_ = np.linspace(0.0, 1.0, max(2, min(self.n_quantiles, max(int(finite.max()), 2))))
-            self.quantiles_ = np.full((self.references_.size, X.shape[1]), np.nan)
-            for j in np.flatnonzero(finite):
-                position = self.references_ * (finite[j] - 1)
-                low = np.floor(position).astype(np.int64)
-                high = np.minimum(low + 1, finite[j] - 1)
-                column = ordered[:, j]
-                self.quantiles_[:, j] = column[low] + (column[high] - column[low]) * (position - low)
-        elif self.method in ("minmax", "weaver"):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
-                self.low_, self.high_ = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
-            if self.method == "weaver":
-                inside = (self.low_ >= 0.0) & (self.high_ <= 1.0)
-                self.low_[inside], self.high_[inside] = np.nan, np.nan
-        return self
-
-    def _column(self, x: np.ndarray, j: int) -> np.ndarray:
-        """Normalised values of finite scores ``x`` of column ``j``."""
-        if self.method == "quantile":
-            q, levels = self.quantiles_[:, j], self.references_
-            if np.isnan(q[0]):
-                return x.copy()
-            order = np.argsort(x, kind="stable")  # np.interp is several times faster on sorted input
-            xs = x[order]
-            # forward and backward interpolation averaged: a value tied over several knots gets their mid-level
-            forward = np.interp(xs, q, levels)
-            backward = -np.interp(-xs[::-1], -q[::-1], -levels[::-1])[::-1]
-            out = np.empty_like(x)
-            out[order] = 0.5 * (forward + backward)
-            return out
-        if self.method == "none" or np.isnan(self.low_[j]):
-            return x.copy()
-        span = self.high_[j] - self.low_[j]
-        return np.clip((x - self.low_[j]) / span, 0.0, 1.0) if span > 0 else np.zeros_like(x)
-
-    def transform(self, X: Any) -> np.ndarray:
-        check_is_fitted(self)
-        X = _as_matrix(self, X, reset=False)
-        out = X.copy()
-        for j in range(X.shape[1]):
-            rows = ~np.isnan(X[:, j])
-            out[rows, j] = self._column(X[rows, j], j)
-        return out
-
-    def _quantile_cutoff(self, j: int, level: float) -> float:
-        """Smallest x with normalised score >= level: the first knot reaching it, refined inside its
-        segment, where the normalised score is linear between distinct knots."""
-        q = self.quantiles_[:, j]
-        reached = np.flatnonzero(self._column(q, j) >= level - 1e-12)
-        if reached.size == 0:
-            return np.inf
-        i = reached[0]
-        if i == 0 or q[i - 1] == q[i]:
-            return float(q[i])
-        low, high = q[i - 1], q[i]
-        a, b = low + (high - low) / 3, low + 2 * (high - low) / 3
-        za, zb = self._column(np.array([a, b]), j)
-        if zb <= za:
-            return float(high)
-        x = a + (level - 1e-12 - za) * (b - a) / (zb - za)
-        x = min(max(x, np.nextafter(low, np.inf)), high)
-        while self._column(np.array([x]), j)[0] < level - 1e-12 and x < high:  # rounding: step up
-            x = np.nextafter(x, np.inf)
-        return float(x)
-
-    def cutoffs(self, level: float) -> np.ndarray:
-        """``[m]`` the smallest raw score whose normalised score is >= ``level``, per verifier.
-
-        ``+inf`` when no score reaches it, NaN for an all-NaN verifier; ``X >= cutoffs(t)`` equals
-        ``transform(X) >= t``.
-        """
-        out = np.full(self.n_features_in_, np.nan)
-        for j in range(self.n_features_in_):
-            if self.method == "quantile":
-                if not np.isnan(self.quantiles_[0, j]):
-                    out[j] = self._quantile_cutoff(j, level)
-            elif self.method == "none" or np.isnan(self.low_[j]):
-                out[j] = level
-            else:
-                span = self.high_[j] - self.low_[j]
-                out[j] = self.low_[j] + level * span if span > 0 else (self.low_[j] if level <= 0 else np.inf)
-        return out
-
-
-# ---- the label model --------------------------------------------------------------------------
-def bin_codes(X: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
-    """``[n, m]`` int8 bin of every score: the number of cutoffs it reaches (>=); ``n_bins`` for NaN.
-
-    Args:
-        X: ``[n, m]`` raw scores, NaN = abstain.
-        cutoffs: ``[n_bins - 1, m]`` ascending raw-score cutoffs; with one cutoff, bin 1 is the
-            positive vote and bin 0 the negative one.
-    """
-    codes = np.zeros(X.shape, dtype=np.int8)
-    with np.errstate(invalid="ignore"):
-        for cut in cutoffs:
-            codes += X >= cut
-    codes[np.isnan(X)] = cutoffs.shape[0] + 1
-    return codes
-
-
-def bin_indicators(X: np.ndarray, cutoffs: np.ndarray) -> list[np.ndarray]:
-    """One ``[n, m]`` float indicator matrix (column-major) per bin; a NaN score is in none."""
-    codes = np.asfortranarray(bin_codes(X, cutoffs))
-    return [(codes == b).astype(np.float64, order="F") for b in range(cutoffs.shape[0] + 1)]
-
-
 def fit_latent_class(votes: np.ndarray, prior: float | None = None, smoothing: float = 0.5,
                      max_iter: int = 1000, tol: float = 1e-8) -> dict[str, Any]:
-    """EM for the binary latent-class model with abstains, to convergence.
+    """EM for the binary latent-class model with abstains, to convergence (every row its own item).
 
     Args:
         votes: ``[n, m]`` in {0, 1} with NaN = abstain.
@@ -222,148 +91,23 @@ def fit_latent_class(votes: np.ndarray, prior: float | None = None, smoothing: f
         ``{"prior", "tpr" [m], "fpr" [m], "posterior" [n], "n_iter", "converged", "flipped"}``.
     """
     votes = np.asarray(votes, dtype=np.float64)
-    patterns = VotePatterns(bin_codes(votes, np.full((1, votes.shape[1]), 0.5)), n_bins=2)
-    fit = _em(patterns.bins, prior, smoothing, max_iter, tol, counts=patterns.counts)
-    return {**fit, "posterior": fit["posterior"][patterns.inverse], "tpr": fit["theta"][1, 1],
-            "fpr": fit["theta"][0, 1]}
-
-
-class VotePatterns:
-    """The distinct rows of a ``[n, m]`` bin-code matrix and how often each occurs.
-
-    EM's cost is linear in the rows it visits, and verifier votes repeat: 32,000 candidates x 10
-    binary verifiers hold at most 3^10 and in practice a few hundred patterns.
-
-    Attributes:
-        codes: ``[p, m]`` int8 distinct code rows (``n_bins`` = abstain).
-        counts: ``[p]`` float, rows per pattern.
-        inverse: ``[n]`` pattern of each original row.
-        bins: ``n_bins`` indicator matrices ``[p, m]`` (column-major floats).
-    """
-
-    def __init__(self, codes: np.ndarray, n_bins: int) -> None:
-        codes = np.ascontiguousarray(codes, dtype=np.int8)
-        keys = codes.view(np.dtype((np.void, codes.shape[1]))).ravel() if codes.shape[1] else np.zeros(codes.shape[0])
-        _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
-        self.codes, self.inverse, self.counts = codes[first], inverse.reshape(-1), counts.astype(np.float64)
-        fortran = np.asfortranarray(self.codes)
-        self.bins = [(fortran == b).astype(np.float64, order="F") for b in range(n_bins)]
-
-    def columns(self, columns: np.ndarray) -> list[np.ndarray]:
-        return [np.asfortranarray(ind[:, columns]) for ind in self.bins]
-
-
-def _em(bins: list[np.ndarray], prior: float | None, smoothing: float, max_iter: int, tol: float,
-        counts: np.ndarray | None = None, weights: np.ndarray | None = None, start: np.ndarray | None = None,
-        orient: bool = True) -> dict[str, Any]:
-    """EM over ordered bins, ``theta[c, b, k]`` = P(verifier k in bin b | Y = c), accelerated by SQUAREM.
-
-    Args:
-        bins: per bin a ``[p, m]`` indicator matrix of vote patterns (a NaN score is in none).
-        counts: ``[p]`` rows per pattern (default 1 each).
-        weights: ``[m]`` verifier weights in (0, 1]: a verifier's log-likelihood counts ``weights[k]``
-            times (a composite likelihood: correlated verifiers share one vote between them);
-            default 1 each.
-        start: ``[p]`` initial P(Y = 1) per pattern; default the soft (weighted) majority vote.
-        orient: apply the label-flip guard (verifiers better than chance on the whole).
-
-    Each cycle takes two EM steps, extrapolates along them (Varadhan & Roland, 2008, scheme S3) and
-    takes one EM step from there; the extrapolation is kept only if it does not lower the objective
-    (the weighted log posterior: log-likelihood plus the Beta/Dirichlet ``smoothing`` term, which EM
-    never lowers). Stops when a cycle changes the objective per row by less than ``tol``; ``n_iter``
-    counts EM steps (``max_iter`` of them at most).
-    """
-    n_bins, (p, m) = len(bins), bins[0].shape
-    counts = np.ones(p) if counts is None else np.asarray(counts, dtype=np.float64)
-    weights = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
-    n = counts.sum()
-    observed = sum(bins)
-    totals = np.stack([counts @ ind for ind in bins])  # [B, m]
-    obs_total = totals.sum(axis=0)
-
-    def m_step(q: np.ndarray) -> np.ndarray:
-        """Prior and class-conditional bin frequencies from soft labels q, packed as one vector."""
-        qc = q * counts
-        q_bins = np.stack([qc @ ind for ind in bins])  # [B, m]
-        q_obs = q_bins.sum(axis=0)
-        theta = np.stack([(totals - q_bins + smoothing) / (obs_total - q_obs + n_bins * smoothing),
-                          (q_bins + smoothing) / (q_obs + n_bins * smoothing)])
-        return np.concatenate([[float(qc.sum() / n) if prior is None else prior], theta.ravel()])
-
-    def unpack(params: np.ndarray) -> tuple[float, np.ndarray]:
-        return float(params[0]), params[1:].reshape(2, n_bins, m)
-
-    def e_step(params: np.ndarray) -> tuple[np.ndarray, float]:
-        """Posterior P(Y = 1) per pattern and the objective per row at ``params``."""
-        pi, theta = unpack(params)
-        joint = _log_joint(bins, pi, theta, weights)
-        objective = (counts @ np.logaddexp(joint[:, 0], joint[:, 1])
-                     + smoothing * (np.log(np.clip(theta, 1e-12, 1)).sum(axis=(0, 1)) @ weights))
-        return _sigmoid(joint[:, 1] - joint[:, 0]), float(objective) / n
-
-    def project(params: np.ndarray) -> np.ndarray:
-        """Back into the parameter space after an extrapolation."""
-        pi, theta = unpack(params)
-        theta = np.clip(theta, 1e-9, None)
-        theta = theta / theta.sum(axis=1, keepdims=True)
-        pi = min(max(pi, 1e-6), 1 - 1e-6) if prior is None else prior
-        return np.concatenate([[pi], theta.ravel()])
-
-    def iterate(params: np.ndarray, budget: int) -> tuple[np.ndarray, int, bool]:
-        """SQUAREM cycles from ``params`` until converged or ``budget`` EM steps are spent."""
-        steps, previous = 0, -np.inf
-        while steps + 3 <= budget:
-            q0, _ = e_step(params)
-            first = m_step(q0)
-            q1, objective1 = e_step(first)
-            second = m_step(q1)
-            steps += 2
-            r, v = first - params, second - 2 * first + params
-            step_length = np.sqrt((r @ r) / (v @ v)) if v @ v > 0 else 1.0
-            jump = project(params + 2 * step_length * r + step_length ** 2 * v)  # alpha = -step_length
-            q_jump, objective_jump = e_step(jump)
-            if step_length > 1 and objective_jump >= objective1:
-                params = m_step(q_jump)  # the stabilising EM step from the extrapolated point
-                steps += 1
-                objective = objective_jump
-            else:
-                params, objective = second, objective1
-            if abs(objective - previous) < tol:
-                return params, steps, True
-            previous = objective
-        return params, steps, False
-
-    steps = 0
-    if start is None:
-        # the soft majority vote (the side where the verifiers beat chance), and hard starts at its
-        # top 20 %, 5 % and 1 % of rows: at a low prior the soft start sits near 0.5 and EM crawls
-        rank = sum(b * ind for b, ind in enumerate(bins)) / max(n_bins - 1, 1)  # 0 = lowest bin, 1 = highest
-        support, voters = rank @ weights, observed @ weights
-        share = np.divide(support, voters, out=np.full(p, 0.5), where=voters > 0)
-        order = np.argsort(-share, kind="stable")
-        above = np.cumsum(counts[order]) / n
-        starts = [share] + [np.isin(np.arange(p), order[: np.searchsorted(above, top) + 1]).astype(np.float64)
-                            for top in START_TOP_SHARES]
-        trials = []
-        for candidate in starts:
-            params, used, _ = iterate(m_step(np.clip(candidate, 1e-3, 1 - 1e-3)), START_STEPS)
-            steps += used + 1
-            trials.append((e_step(params)[1], params))
-        params = max(trials, key=lambda trial: trial[0])[1]
-    else:
-        params, steps = m_step(np.clip(start, 1e-3, 1 - 1e-3)), 1
-    params, used, converged = iterate(params, max(max_iter - steps, 3))
-    steps += used
-    q, objective = e_step(params)
-    pi, theta = unpack(params)
-    theta = theta.copy()
-    shift = orientation_shift(theta)
-    flipped = bool(orient and shift @ weights < 0)  # the mirror solution: the verifiers "worse than chance" on the whole
+    data = lm.build_em_data(bin_codes(votes, np.full((1, votes.shape[1]), 0.5)), 2)
+    m = votes.shape[1]
+    em = lm.LatentClassEM(data, lm.Model(np.ones(m), np.zeros(m, bool), np.zeros((1, 0), bool), prior, smoothing))
+    start = lm.best_start(em, lm.soft_vote(data, np.ones(m)), START_TOP_SHARES, START_STEPS)
+    fit = lm.fit(em, start, max_iter, tol)
+    params, q = fit["params"], fit["posterior"]
+    flipped = bool(orientation_shift(params.theta[0]).sum() < 0)
     if flipped:
-        theta, q = theta[::-1].copy(), 1.0 - q
-        pi = 1.0 - pi if prior is None else pi
-    return {"prior": pi, "theta": theta, "posterior": q, "n_iter": steps, "converged": converged,
-            "flipped": flipped, "objective": objective}
+        params, q = mirrored(params, prior), 1.0 - q
+    return {"prior": params.prior, "tpr": params.theta[0, 1, 1], "fpr": params.theta[0, 0, 1],
+            "posterior": q[data.inverse], "n_iter": fit["n_iter"], "converged": fit["converged"], "flipped": flipped}
+
+
+def mirrored(params: lm.Params, fixed_prior: float | None) -> lm.Params:
+    """The label-swapped solution (same likelihood): classes exchanged."""
+    prior = 1.0 - params.prior if fixed_prior is None else params.prior
+    return lm.Params(prior, params.theta[:, ::-1].copy(), params.cells[::-1].copy())
 
 
 def orientation_shift(theta: np.ndarray) -> np.ndarray:
@@ -372,18 +116,39 @@ def orientation_shift(theta: np.ndarray) -> np.ndarray:
     return ((theta[1] - theta[0]) * levels).sum(axis=0)
 
 
-def _log_joint(bins: list[np.ndarray], prior: float, theta: np.ndarray, weights: np.ndarray | None = None,
-               clip: float = 1e-6) -> np.ndarray:
-    """``[p, 2]`` (weighted) log P(Y = c, votes of the pattern) for c = 0, 1."""
-    theta = np.clip(theta, clip, 1.0)
-    prior = min(max(prior, clip), 1 - clip)
-    log_theta = np.log(theta)
-    if weights is not None:
-        log_theta = log_theta * weights
-    out = np.tile(np.log([1 - prior, prior]), (bins[0].shape[0], 1))
-    for b, ind in enumerate(bins):
-        out += ind @ log_theta[:, b].T  # [p, m] @ [m, 2]: both classes in one pass over the votes
-    return out
+def answer_orientation(evidence: np.ndarray, problem_of_item: np.ndarray) -> float:
+    """Log-likelihood advantage of the fitted orientation over its mirror under "at most one answer per
+    problem is right", over problems with several answers.
+
+    Each answer has log-likelihood ratio ``evidence`` (its candidates' votes and its cell; no prior). Per
+    problem of k answers, the constrained likelihood ratio against "all wrong" is
+    ``rho + (1 - rho) / k * sum_a exp(evidence_a)`` (none right with probability rho, else one answer
+    uniformly); the mirror negates every ratio and pays ``sum_a evidence_a`` for relabelling. ``rho`` is
+    fitted for each orientation (a grid), so neither wins by the prior alone. ``problem_of_item``:
+    ``[I]`` problem of each answer item, -1 for items that are not answers.
+    """
+    answered = problem_of_item >= 0
+    if not answered.any():
+        return 0.0
+    _, problem = np.unique(problem_of_item[answered], return_inverse=True)
+    several = np.bincount(problem)[problem] >= 2
+    if not several.any():
+        return 0.0
+    _, problem = np.unique(problem[several], return_inverse=True)
+    llr = evidence[answered][several]
+    n = int(problem.max()) + 1
+    count = np.bincount(problem, minlength=n)
+    rho = np.linspace(0.01, 0.99, 50)[:, None]
+
+    def best(gain: np.ndarray) -> float:
+        top = np.full(n, -np.inf)
+        np.maximum.at(top, problem, gain)
+        top = np.maximum(top, 0.0)
+        mean = np.bincount(problem, np.exp(gain - top[problem]), n) / count  # scaled by exp(-top)
+        values = top + np.log(rho * np.exp(-top) + (1 - rho) * mean)  # [grid, n]
+        return float(values.sum(axis=1).max())
+
+    return best(llr) - (best(-llr) + float(llr.sum()))
 
 
 def vote_correlations(positive: np.ndarray, negative: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
@@ -426,6 +191,7 @@ def conditional_correlations(positive: np.ndarray, negative: np.ndarray, counts:
     return (mass[0] * np.nan_to_num(within[0]) + mass[1] * np.nan_to_num(within[1])) / max(mass.sum(), 1e-12)
 
 
+
 SKLEARN_INAPPLICABLE_CHECKS = {
     "check_estimators_dtypes": "fits y with three classes; the classes here are fixed: 0 incorrect, 1 correct",
     "check_classifier_data_not_an_array": "fits y with three classes (the classes are fixed: 0, 1)",
@@ -440,6 +206,7 @@ SKLEARN_INAPPLICABLE_CHECKS = {
 }
 """scikit-learn ``check_estimator`` checks that ``WeaverModel``'s documented signature makes inapplicable, with
 why; every other check passes (tests/test_selection_weaver.py)."""
+
 
 
 # ---- the estimator ----------------------------------------------------------------------------
@@ -463,8 +230,10 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             class); ``None`` treats every verifier as independent given the label.
         prior: fixed P(correct); default: the labelled rows' mean when ``y`` is given, else EM's estimate.
         smoothing: Beta/Dirichlet pseudo-count for the rate estimates.
-        max_iter: most EM iterations.
-        tol: EM stops when the mean log-likelihood per row changes by less than this.
+        max_iter: most EM iterations (per fit; the model is refitted after each test).
+        tol: EM stops when the mean log-likelihood per item changes by less than this.
+        n_strata: with final answers (``fit(..., answers=)``), problems are split into up to this many
+            strata of equal size by their agreement (largest answer share); 1 = no strata.
 
     Attributes:
         normalizer_: the fitted ``ScoreNormalizer``.
@@ -475,19 +244,37 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         dependence_weights_: ``[m]`` weight of each kept verifier (1 = independent; 0 for dropped ones).
         dependence_: ``{column: (other column, phi within classes)}`` for verifiers weighted below 0.95.
         near_random_: ``[m]`` bool, kept verifiers with |TPR - FPR| < 0.02 (their weight is ~0).
-        prior_: P(correct).
-        tpr_, fpr_: ``[m]`` P(vote 1 | correct), P(vote 1 | incorrect) (upper half of the bins when
-            ``n_bins > 2``; NaN for dropped verifiers).
-        theta_: ``[2, n_bins, m]`` P(bin | class), class 1 = correct.
-        weights_: ``[n_bins, m]`` log-likelihood ratio added for a vote in each bin.
+        prior_: P(correct) of an item (an answer with answers, else a candidate).
+        tpr_, fpr_: ``[m]`` P(vote 1 | correct), P(vote 1 | incorrect) over all strata (upper half of
+            the bins when ``n_bins > 2``; NaN for dropped verifiers).
+        theta_: ``[2, n_bins, m]`` P(bin | class) over all strata, class 1 = correct.
+        weights_: ``[n_bins, m]`` log-likelihood ratio added for a vote in each bin (all strata).
+        answers_: whether the fit grouped candidates by final answer (``answers`` given to ``fit``).
+        strata_edges_: ``[S - 1]`` agreement cut points of the strata (empty: one stratum).
+        strata_theta_, strata_weights_: ``[S, 2, n_bins, m]`` / ``[S, n_bins, m]`` the same per stratum.
+        per_stratum_: ``[m]`` bool, verifiers with (shrunk) rates of their own in each stratum;
+            ``heterogeneity_``: ``[m]`` G statistic of how much their rates differ between strata (NaN
+            for dropped verifiers; the notes name those significant at ``HETEROGENEITY_P``).
+        cell_llr_: ``[S, n_cells]`` log-likelihood ratio of an answer's share cell per stratum
+            (``answer_structure.cell_name``); zeros without the majority evidence.
+        majority_: how the majority evidence was used: ``"checked"`` (the verifiers alone fit the
+            label, and each stratum's share evidence is what their posterior supports),
+            ``"joint"`` (fitted with the verifiers: they are too weak to check it) or None (not used).
+        majority_check_: ``{"checked", "joint"}`` share of the problems where >= ``UNANIMITY`` of the
+            samples agree on which each model picks the agreed answer; ``majority_dev_accuracy_``
+            the dev selection accuracy of both (with dev labels); ``joint_cell_llr_`` the joint
+            model's share evidence.
         n_iter_, converged_, flipped_: EM diagnostics (``flipped_``: the label-flip guard fired).
-        orientation_: how the label was oriented: ``"labels"`` (checked on the labelled rows),
-            ``"verifiers"`` (most verifier evidence better than chance) or ``"ambiguous"`` (a
-            weighted share >= 0.25 of the evidence points the other way: the mirror solution, where
-            those verifiers are the good ones, fits the votes equally well; give labels or a prior).
+        orientation_: how the label was oriented: ``"labels"`` (on the labelled rows), ``"answers"``
+            (at most one answer per problem is right fits one orientation clearly better),
+            ``"verifiers"`` (most verifier evidence better than chance) or ``"ambiguous"`` (neither
+            decides: the mirror solution fits as well and a weighted share >= ``AMBIGUOUS_SHARE`` of the
+            evidence points the other way; give labels or a prior).
+        answer_orientation_: log-likelihood advantage of the chosen orientation under "at most one
+            answer per problem is right" (0 without answers).
         fallback_: None, or ``"vote_count"`` when fewer than 3 verifiers survive (the model is
             then not identifiable and the votes are counted instead).
-        n_patterns_: distinct vote patterns EM ran on.
+        n_patterns_: rows EM ran on (distinct vote patterns when rows are merged).
 
     Examples:
         >>> rng = np.random.default_rng(0)
@@ -503,10 +290,10 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
     def __init__(self, normalize: str = "quantile", threshold: float | str = 0.5, n_bins: int = 2,
                  min_coverage: float = 0.01, rate_bounds: tuple[float, float] = (0.02, 0.98),
                  dependence: tuple[float, float] | None = (0.3, 0.9), prior: float | None = None,
-                 smoothing: float = 0.5, max_iter: int = 1000, tol: float = 1e-8) -> None:
+                 smoothing: float = 0.5, max_iter: int = 1000, tol: float = 1e-8, n_strata: int = 3) -> None:
         self.normalize, self.threshold, self.n_bins = normalize, threshold, n_bins
         self.min_coverage, self.rate_bounds, self.dependence, self.prior = min_coverage, rate_bounds, dependence, prior
-        self.smoothing, self.max_iter, self.tol = smoothing, max_iter, tol
+        self.smoothing, self.max_iter, self.tol, self.n_strata = smoothing, max_iter, tol, n_strata
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -531,37 +318,48 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             raise ValueError(f"prior must be in (0, 1), got {self.prior!r}")
         if self.max_iter < 1 or self.tol <= 0 or self.smoothing < 0:
             raise ValueError("max_iter >= 1, tol > 0 and smoothing >= 0 are required")
+        if not isinstance(self.n_strata, (int, np.integer)) or self.n_strata < 1:
+            raise ValueError(f"n_strata must be an integer >= 1, got {self.n_strata!r}")
 
     # ---- fitting -----------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any = None, *, groups: Any = None) -> "WeaverModel":
+    def fit(self, X: Any, y: Any = None, *, groups: Any = None, answers: Any = None,
+            answer_share: bool = True) -> "WeaverModel":
         """Fit on ``X`` ``[n, m]`` (NaN = missing score), without labels unless ``y`` is given.
 
         Args:
             X: verifier scores, one row per candidate.
             y: optional ``[n]`` labels, 1 correct / 0 incorrect / NaN or -1 unknown; the known ones
-                set the prior (unless ``prior`` is given), orient the label model and drive
-                ``threshold="search"``.
-            groups: ``[n]`` problem of each row (keyword only; needed by ``threshold="search"``).
+                are fixed in EM, set the prior (unless ``prior`` is given), orient the label model
+                and drive ``threshold="search"``.
+            groups: ``[n]`` problem of each row (keyword only; needed by ``answers`` and
+                ``threshold="search"``).
+            answers: ``[n]`` int final-answer code of each row (equal codes within a problem =
+                equivalent answers, -1 = none): the label then belongs to the answer (see the
+                module docstring). Without any answer the rows are independent candidates.
+            answer_share: with ``answers``, use each answer's share of its problem's samples as
+                evidence (the majority evidence).
         """
         with _single_threaded_blas():
-            return self._fit(X, groups, y)
+            return self._fit(X, groups, y, answers, answer_share)
 
-    def _fit(self, X: Any, groups: Any, y: Any) -> "WeaverModel":
+    def _fit(self, X: Any, groups: Any, y: Any, answers: Any, answer_share: bool) -> "WeaverModel":
         self._check_params()
-        X = _as_matrix(self, X, reset=True)
+        X = as_matrix(self, X, reset=True)
         n, m = X.shape
         labelled = self._labels(y, n)
+        structure = self._structure(groups, answers, n)
+        self.answers_, self.answer_share_ = structure is not None, bool(answer_share and structure is not None)
         self.classes_ = np.array([0, 1])
         self.normalizer_ = ScoreNormalizer(self.normalize).fit(X)
         prior = self.prior
         if prior is None and labelled is not None and (~np.isnan(labelled)).any():
             prior = float(np.clip(np.nanmean(labelled), 0.01, 0.99))
         if self.threshold == "search":
-            self.threshold_ = self._search_threshold(X, groups, labelled, prior)
+            self.threshold_ = self._search_threshold(X, groups, labelled, prior, structure)
         else:
             self.threshold_ = float(self.threshold)
         self.cutoffs_ = self._cutoffs(self.threshold_)
-        self._fit_codes(bin_codes(X, self.cutoffs_), prior, labelled)
+        self._fit_codes(bin_codes(X, self.cutoffs_), prior, labelled, structure)
         return self
 
     def _labels(self, y: Any, n: int) -> np.ndarray | None:
@@ -578,68 +376,236 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
                              "or NaN/-1 (unknown)")
         return y
 
+    @staticmethod
+    def _structure(groups: Any, answers: Any, n: int) -> AnswerStructure | None:
+        if answers is None:
+            return None
+        answers = np.asarray(answers).reshape(-1)
+        if answers.shape[0] != n or groups is None or np.asarray(groups).reshape(-1).shape[0] != n:
+            raise ValueError(f"answers and groups must both have one entry per row ({n})")
+        if not np.issubdtype(answers.dtype, np.integer):
+            raise ValueError("answers must be integer answer codes (-1 = none)")
+        if not (answers >= 0).any():
+            return None
+        return answer_structure(np.asarray(groups).reshape(-1), answers)
+
     def _cutoffs(self, threshold: float) -> np.ndarray:
         levels = [threshold] if self.n_bins == 2 else np.arange(1, self.n_bins) / self.n_bins
         return np.stack([self.normalizer_.cutoffs(level) for level in levels])
 
-    def _fit_codes(self, codes: np.ndarray, prior: float | None, labelled: np.ndarray | None) -> None:
-        """Screen the verifiers, fit the label model with dependence weights, orient it, set the weights."""
-        m = codes.shape[1]
-        patterns = VotePatterns(codes, self.n_bins)
-        self.n_patterns_ = int(patterns.counts.size)
-        self.keep_, self.dropped_ = self._screen(patterns)
-        self.theta_ = np.full((2, self.n_bins, m), np.nan)
-        self.weights_ = np.zeros((self.n_bins, m))
-        self.dependence_weights_ = np.where(self.keep_, 1.0, 0.0)
-        self.dependence_, self.near_random_ = {}, np.zeros(m, dtype=bool)
-        self.n_iter_, self.converged_, self.flipped_, self.fallback_, self.orientation_ = 0, True, False, None, "verifiers"
+    def _fit_codes(self, codes: np.ndarray, prior: float | None, labelled: np.ndarray | None,
+                   structure: AnswerStructure | None) -> None:
+        """Screen the verifiers, fit the label model with dependence weights, test per-stratum rates and
+        the majority evidence, orient it, and set the weights."""
+        n, m = codes.shape
+        B = self.n_bins
+        self.keep_, self.dropped_ = self._screen(codes)
+        self._reset(m, structure)
         columns = np.flatnonzero(self.keep_)
         if columns.size < 3:
             self.fallback_ = "vote_count"
             warnings.warn(f"only {columns.size} usable verifier(s): the label model needs at least 3; "
                           "counting votes instead", UserWarning, stacklevel=4)
             self.prior_ = 0.5 if prior is None else prior
-            self.weights_[:, columns] = np.linspace(-1.0, 1.0, self.n_bins)[:, None]
-            self.tpr_, self.fpr_ = np.full(m, np.nan), np.full(m, np.nan)
+            self.weights_[:, columns] = np.linspace(-1.0, 1.0, B)[:, None]
+            self.strata_weights_[:] = self.weights_
             return
-        bins = patterns.columns(columns)
-        half = self.n_bins // 2  # correlations on the median split (the vote itself when n_bins = 2)
-        positive, negative = sum(bins[half:]), sum(bins[:half])
-        weights, n_iter = np.ones(columns.size), 0
+        kept = np.ascontiguousarray(codes[:, columns])
+        strata = items = cells = None
+        if structure is not None:
+            strata = structure.strata(self.strata_edges_)
+            items = structure.items
+            cells = structure.cells if self.answer_share_ else None
+        data = lm.build_em_data(kept, B, strata, items, cells, N_CELLS if cells is not None else 0)
+        self.n_patterns_ = int(data.F.shape[0])
+        k, S = columns.size, data.n_strata
+        model = lm.Model(np.ones(k), np.zeros(k, bool), np.zeros((S, data.n_cells), bool), prior, self.smoothing,
+                         self._clamp(labelled, data))
+        em = lm.LatentClassEM(data, model)
+        sample = _row_sample(n, CORRELATION_ROWS)
+        half = B // 2  # correlations on the median split (the vote itself when n_bins = 2)
+        positive = ((kept[sample] >= half) & (kept[sample] < B)).astype(np.float64)
+        negative = (kept[sample] < half).astype(np.float64)
         if self.dependence is not None:
-            weights = dependence_weights(vote_correlations(positive, negative, patterns.counts), self.dependence)
-            fit = self._em(bins, patterns.counts, prior, weights)
-            phi = conditional_correlations(positive, negative, patterns.counts, fit["posterior"])
-            weights = dependence_weights(phi, self.dependence)
+            model.weights = dependence_weights(vote_correlations(positive, negative), self.dependence)
+        fit = lm.fit(em, self._start(em, kept, strata, items, cells), self.max_iter, self.tol)
+        n_iter = fit["n_iter"]
+        if self.dependence is not None:
+            posterior = data.to_rows(fit["posterior"])[data.inverse[sample]]
+            phi = conditional_correlations(positive, negative, np.ones(sample.size), posterior)
+            model.weights = dependence_weights(phi, self.dependence)
+            self._record_dependence(columns, model.weights, phi)
+            fit = self._refit(em, fit, n_iter)
             n_iter = fit["n_iter"]
-            self._record_dependence(columns, weights, phi)
-            fit = self._em(bins, patterns.counts, prior, weights, start=fit["posterior"])
+        if S > 1:  # rates per agreement stratum, each shrunk towards the rates of all strata
+            model.per_stratum = np.ones(k, dtype=bool)
+            fit = self._refit(em, fit, n_iter)
+        fit = self._orient(em, fit, structure, labelled, prior)
+        if data.n_cells:
+            fit = self._check_majority(em, fit, structure)
+        if S > 1:
+            self.heterogeneity_[columns] = lm.heterogeneity(em, fit["posterior"])
+        self._store(fit, columns, em)
+
+    def _check_majority(self, em: lm.LatentClassEM, joint: dict[str, Any], structure: AnswerStructure) -> dict[str, Any]:
+        """The majority evidence, checked by the verifiers (a test of whether it helps).
+
+        Fitted jointly, the answers' shares can take over the hidden label: on hard problems the most
+        frequent answer is often a favourite wrong one, and verifiers that share the generator's
+        mistakes agree with it. So the model is refitted on the verifiers alone (from the joint
+        solution), and each (stratum, cell) gets the share evidence its stratum's verifier posterior
+        supports (cross-fitted). That model is kept unless the verifiers are too weak to stand alone:
+        on problems where >= ``UNANIMITY`` of the samples agree, it must pick the agreed answer at most
+        ``SANITY_MARGIN`` less often than the joint model. With dev labels, the one with the better dev
+        selection accuracy is kept instead.
+        """
+        model = em.model
+        joint_tables = em.cell_tables(joint["params"], em.log_terms(joint["params"])[0])
+        model.cell_weight = 0.0
+        alone = self._refit(em, joint, joint["n_iter"])
+        model.cell_weight, model.crossfit = 1.0, np.ones_like(model.crossfit)
+        q, objective, log_joint = em.e_step(alone["params"])
+        checked = dict(alone, posterior=q, objective=objective, joint=log_joint)
+        problem = structure.problems[em.data.row_of[em.data.item_start]]
+        cells = em.data.item_cell
+        modal = (cells >= 2) & ((cells - 2) % 2 == 1)
+        agreed = np.isin(problem, np.flatnonzero((structure.agreement >= UNANIMITY) & (structure.sizes > 1)))
+        picks = {}
+        for name, fit in (("checked", checked), ("joint", joint)):
+            picks[name] = _item_picks(fit["joint"][:, 1] - fit["joint"][:, 0], problem)
+        self.majority_check_ = {name: float(modal[rows][np.isin(problem[rows], problem[agreed])].mean())
+                                if agreed.any() else float("nan") for name, rows in picks.items()}
+        if model.clamp is not None and (~np.isnan(model.clamp)).any():
+            known = ~np.isnan(model.clamp)
+            dev = {name: _dev_accuracy(rows, model.clamp, problem, known) for name, rows in picks.items()}
+            self.majority_dev_accuracy_ = dev
+            use_checked = dev["checked"] >= dev["joint"]
         else:
-            fit = self._em(bins, patterns.counts, prior, weights)
-        fit["n_iter"] += n_iter
-        if labelled is not None:
-            fit = self._orient_on_labels(fit, bins, patterns, prior, weights, labelled)
-        self.prior_ = fit["prior"]
-        self.theta_[:, :, columns] = fit["theta"]
-        self.n_iter_, self.converged_, self.flipped_ = fit["n_iter"], fit["converged"], fit["flipped"]
-        self.dependence_weights_[columns] = weights
-        theta = np.clip(fit["theta"], 1e-6, 1.0)
-        self.weights_[:, columns] = np.log(theta[1] / theta[0]) * weights
-        gap = 0.5 * np.abs(fit["theta"][1] - fit["theta"][0]).sum(axis=0)
-        self.near_random_[columns] = gap < NEAR_RANDOM_GAP
-        if self.orientation_ != "labels":
-            shift = orientation_shift(fit["theta"]) * weights
-            against = np.abs(shift[shift < 0]).sum() / max(np.abs(shift).sum(), 1e-12)
-            if against >= AMBIGUOUS_SHARE:
-                self.orientation_ = "ambiguous"
-                warnings.warn(f"label orientation is ambiguous: {100 * against:.0f}% of the verifier evidence says "
-                              "the opposite; the mirror solution fits equally well (give dev labels or a prior)",
-                              UserWarning, stacklevel=4)
-        upper = self.theta_[:, self.n_bins // 2:, :].sum(axis=1)
-        self.tpr_, self.fpr_ = np.where(self.keep_, upper[1], np.nan), np.where(self.keep_, upper[0], np.nan)
-        if not fit["converged"]:
-            warnings.warn(f"EM did not converge in {self.max_iter} iterations (tol {self.tol})",
-                          ConvergenceWarning, stacklevel=4)
+            check = self.majority_check_
+            use_checked = not agreed.any() or check["checked"] >= check["joint"] - SANITY_MARGIN
+        self.majority_ = "checked" if use_checked else "joint"
+        if use_checked:
+            self.joint_cell_llr_ = joint_tables
+            self.cell_llr_ = em.cell_tables(checked["params"], em.log_terms(checked["params"])[0])
+            return checked
+        model.crossfit[:] = False
+        self.cell_llr_ = joint_tables
+        return joint
+
+    def _reset(self, m: int, structure: AnswerStructure | None) -> None:
+        B = self.n_bins
+        self.strata_edges_ = (agreement_edges(structure, self.n_strata) if structure is not None and self.n_strata > 1
+                              else np.zeros(0))
+        S = self.strata_edges_.size + 1
+        self.theta_ = np.full((2, B, m), np.nan)
+        self.strata_theta_ = np.full((S, 2, B, m), np.nan)
+        self.weights_ = np.zeros((B, m))
+        self.strata_weights_ = np.zeros((S, B, m))
+        self.dependence_weights_ = np.where(self.keep_, 1.0, 0.0)
+        self.dependence_, self.near_random_ = {}, np.zeros(m, dtype=bool)
+        self.per_stratum_, self.heterogeneity_ = np.zeros(m, dtype=bool), np.full(m, np.nan)
+        n_cells = N_CELLS if self.answer_share_ else 0
+        self.cell_llr_, self.joint_cell_llr_ = np.zeros((S, n_cells)), np.zeros((S, n_cells))
+        self.majority_, self.majority_check_, self.majority_dev_accuracy_ = None, {}, {}
+        self.n_iter_, self.converged_, self.flipped_, self.fallback_ = 0, True, False, None
+        self.orientation_, self.answer_orientation_, self.n_patterns_ = "verifiers", 0.0, 0
+        self.tpr_, self.fpr_ = np.full(m, np.nan), np.full(m, np.nan)
+
+    @staticmethod
+    def _clamp(labelled: np.ndarray | None, data: lm.EMData) -> np.ndarray | None:
+        """``[I]`` known labels of the items (an answer is known when one of its candidates is labelled)."""
+        if labelled is None or not (~np.isnan(labelled)).any():
+            return None
+        rows = labelled[data.row_of]
+        known = ~np.isnan(rows)
+        hits = data.per_item(np.where(known, rows, 0.0))
+        seen = data.per_item(known.astype(np.float64))
+        return np.where(seen > 0, np.round(hits / np.maximum(seen, 1)), np.nan)
+
+    def _start(self, em: lm.LatentClassEM, kept: np.ndarray, strata, items, cells) -> lm.Params:
+        """The best label-free start, chosen on a sample of at most ``START_ROWS`` rows (whole problems
+        when rows are grouped into answers)."""
+        data = em.data
+        if data.F.shape[0] <= START_ROWS:
+            return lm.best_start(em, lm.soft_vote(data, em.model.weights), START_TOP_SHARES, START_STEPS)
+        unit = np.arange(kept.shape[0]) if items is None else items
+        chosen = np.isin(unit, np.unique(unit[_row_sample(kept.shape[0], START_ROWS)]))
+        rows = np.flatnonzero(chosen)
+        small = lm.build_em_data(kept[rows], data.n_bins, None if strata is None else strata[rows],
+                                 None if items is None else items[rows], None if cells is None else cells[rows],
+                                 data.n_cells)
+        if small.n_strata != data.n_strata:  # a stratum missing from the sample: start on everything
+            return lm.best_start(em, lm.soft_vote(data, em.model.weights), START_TOP_SHARES, START_STEPS)
+        clamp = None if em.model.clamp is None else self._clamp(_row_labels(em, rows), small)
+        model = lm.Model(em.model.weights, em.model.per_stratum, em.model.crossfit, em.model.prior, em.model.smoothing,
+                         clamp)
+        sub = lm.LatentClassEM(small, model)
+        return lm.best_start(sub, lm.soft_vote(small, model.weights), START_TOP_SHARES, START_STEPS)
+
+    def _refit(self, em: lm.LatentClassEM, fit: dict[str, Any], n_iter: int) -> dict[str, Any]:
+        """EM again from the previous solution (after a change of weights, strata or cells)."""
+        refit = lm.fit(em, fit["params"], self.max_iter, self.tol)
+        refit["n_iter"] += n_iter
+        refit["flipped"] = fit.get("flipped", False)
+        return refit
+
+    def _orient(self, em: lm.LatentClassEM, fit: dict[str, Any], structure: AnswerStructure | None,
+                labelled: np.ndarray | None, prior: float | None) -> dict[str, Any]:
+        """Choose between the solution and its mirror: by the labelled items, else by the answer
+        structure, else by the verifiers being better than chance on the whole."""
+        weights = em.model.weights
+        if em.model.clamp is not None:
+            return self._orient_on_labels(em, fit, prior)
+        params = fit["params"]
+        pooled = params.theta.mean(axis=0) if em.data.n_strata > 1 else params.theta[0]
+        shift = orientation_shift(pooled) * weights
+        against = np.abs(shift[shift < 0]).sum() / max(np.abs(shift).sum(), 1e-12)
+        flip = shift.sum() < 0
+        decided_by_answers = False
+        if structure is not None:
+            problem_of_item = self._answer_problems(em.data, structure)
+            advantage = answer_orientation(fit["joint"][:, 1] - fit["joint"][:, 0] - np.log(params.prior / (1 - params.prior)),
+                                           problem_of_item)
+            if abs(advantage) >= ANSWER_ORIENTATION_MARGIN:
+                flip, decided_by_answers = advantage < 0, True
+                self.orientation_ = "answers"
+            self.answer_orientation_ = abs(advantage)
+        if flip:
+            fit = dict(fit, params=mirrored(params, prior), posterior=1.0 - fit["posterior"],
+                       joint=fit["joint"][:, ::-1].copy(), flipped=True)
+            against = 1.0 - against
+        if not decided_by_answers and against >= AMBIGUOUS_SHARE:
+            self.orientation_ = "ambiguous"
+            warnings.warn(f"label orientation is ambiguous: {100 * against:.0f}% of the verifier evidence says "
+                          "the opposite and nothing else decides; the mirror solution fits equally well "
+                          "(give dev labels or a prior)", UserWarning, stacklevel=5)
+        return fit
+
+    @staticmethod
+    def _answer_problems(data: lm.EMData, structure: AnswerStructure) -> np.ndarray:
+        """``[I]`` problem of each item that is an answer (-1 for candidates without an answer)."""
+        first = data.row_of[data.item_start]
+        has_answer = structure.cells[first] != 0
+        return np.where(has_answer, structure.problems[first], -1)
+
+    def _orient_on_labels(self, em: lm.LatentClassEM, fit: dict[str, Any], prior: float | None) -> dict[str, Any]:
+        """Check the orientation on the labelled items; refit from the mirrored posterior if it is wrong."""
+        clamp = em.model.clamp
+        known = ~np.isnan(clamp)
+        truth = clamp[known] == 1
+        if truth.all() or not truth.any():
+            return fit
+        self.orientation_ = "labels"
+        # the unlabelled items' posterior must separate like the labels do on the labelled ones
+        em.model.clamp = None
+        q, _, _ = em.e_step(fit["params"])
+        em.model.clamp = clamp
+        if q[known][truth].mean() >= q[known][~truth].mean():
+            return fit
+        mirror = lm.fit(em, mirrored(fit["params"], prior), self.max_iter, self.tol)
+        mirror["n_iter"] += fit["n_iter"]
+        mirror["flipped"] = True
+        return mirror
 
     def _record_dependence(self, columns: np.ndarray, weights: np.ndarray, phi: np.ndarray) -> None:
         phi = np.nan_to_num(np.abs(phi))
@@ -648,36 +614,47 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             k = int(np.argmax(phi[i]))
             self.dependence_[int(columns[i])] = (int(columns[k]), float(phi[i, k]))
 
-    def _orient_on_labels(self, fit: dict[str, Any], bins: list[np.ndarray], patterns: VotePatterns,
-                          prior: float | None, weights: np.ndarray, labelled: np.ndarray) -> dict[str, Any]:
-        """Check the orientation on the labelled rows; refit from the mirrored posterior if it is wrong."""
-        known = ~np.isnan(labelled)
-        posterior = fit["posterior"][patterns.inverse[known]]
-        truth = labelled[known] == 1
-        if truth.all() or not truth.any():
-            return fit
-        self.orientation_ = "labels"
-        if posterior[truth].mean() >= posterior[~truth].mean():
-            return fit
-        mirrored = self._em(bins, patterns.counts, prior, weights, start=1.0 - fit["posterior"], orient=False)
-        mirrored["n_iter"] += fit["n_iter"]
-        mirrored["flipped"] = True
-        return mirrored
+    def _store(self, fit: dict[str, Any], columns: np.ndarray, em: lm.LatentClassEM) -> None:
+        params, model = fit["params"], em.model
+        self.prior_ = params.prior
+        self.n_iter_, self.converged_, self.flipped_ = fit["n_iter"], fit["converged"], bool(fit.get("flipped", False))
+        self.dependence_weights_[columns] = model.weights
+        self.per_stratum_[columns] = model.per_stratum
+        self.strata_theta_[:, :, :, columns] = params.theta
+        pooled = self._pooled_theta(em, params, fit["posterior"])
+        self.theta_[:, :, columns] = pooled
+        theta = np.clip(params.theta, 1e-6, 1.0)
+        self.strata_weights_[:, :, columns] = np.log(theta[:, 1] / theta[:, 0]) * model.weights
+        pooled = np.clip(pooled, 1e-6, 1.0)
+        self.weights_[:, columns] = np.log(pooled[1] / pooled[0]) * model.weights
+        gap = 0.5 * np.abs(self.theta_[1] - self.theta_[0]).sum(axis=0)
+        self.near_random_[columns] = gap[columns] < NEAR_RANDOM_GAP
+        upper = self.theta_[:, self.n_bins // 2:, :].sum(axis=1)
+        self.tpr_, self.fpr_ = np.where(self.keep_, upper[1], np.nan), np.where(self.keep_, upper[0], np.nan)
+        if not fit["converged"]:
+            warnings.warn(f"EM did not converge in {self.max_iter} iterations (tol {self.tol})",
+                          ConvergenceWarning, stacklevel=5)
 
-    def _em(self, bins: list[np.ndarray], counts: np.ndarray, prior: float | None, weights: np.ndarray,
-            start: np.ndarray | None = None, orient: bool = True) -> dict[str, Any]:
-        return _em(bins, prior, self.smoothing, self.max_iter, self.tol, counts=counts, weights=weights,
-                   start=start, orient=orient)
+    @staticmethod
+    def _pooled_theta(em: lm.LatentClassEM, params: lm.Params, q: np.ndarray) -> np.ndarray:
+        """``[2, B, k]`` rates over all strata (the shared rates; for per-stratum verifiers the rates of
+        their soft counts summed over the strata)."""
+        if params.theta.shape[0] == 1 or not em.model.per_stratum.any():
+            return params.theta[0]
+        d, sm = em.data, em.model.smoothing
+        ones = em.soft_counts(q).sum(axis=0).reshape(d.n_bins, d.m)
+        zeros = d.totals.sum(axis=0).reshape(d.n_bins, d.m) - ones
+        return np.stack([(c + sm) / (c.sum(axis=0) + d.n_bins * sm) for c in (zeros, ones)])
 
-    def _screen(self, patterns: VotePatterns) -> tuple[np.ndarray, dict[int, str]]:
+    def _screen(self, codes: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
         """Keep mask and drop reasons (plain words) from vote coverage and vote balance."""
-        n = patterns.counts.sum()
-        per_bin = np.stack([patterns.counts @ ind for ind in patterns.bins])  # [B, m]
+        n, m = codes.shape
+        per_bin = np.stack([(codes == b).sum(axis=0) for b in range(self.n_bins)]).astype(np.float64)  # [B, m]
         votes = per_bin.sum(axis=0)
         share = np.divide(per_bin, votes, out=np.zeros_like(per_bin), where=votes > 0)
         dropped = {}
         low, high = self.rate_bounds
-        for j in range(per_bin.shape[1]):
+        for j in range(m):
             if votes[j] == 0:
                 dropped[j] = "no scores: missing on every candidate"
             elif votes[j] < self.min_coverage * n:
@@ -689,11 +666,12 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
                 dropped[j] = f"almost constant: {100 * share[1, j]:.1f}% of its votes positive (rate_bounds {low:g}-{high:g})"
             elif self.n_bins > 2 and share[:, j].max() > high:
                 dropped[j] = f"almost constant: {100 * share[:, j].max():.1f}% of its scores in one bin (above {high:g})"
-        keep = np.ones(per_bin.shape[1], dtype=bool)
+        keep = np.ones(m, dtype=bool)
         keep[list(dropped)] = False
         return keep, dropped
 
-    def _search_threshold(self, X: np.ndarray, groups: Any, labelled: np.ndarray | None, prior: float | None) -> float:
+    def _search_threshold(self, X: np.ndarray, groups: Any, labelled: np.ndarray | None, prior: float | None,
+                          structure: AnswerStructure | None) -> float:
         """The grid threshold with the best selection accuracy on the labelled problems (ties: nearest 0.5)."""
         if labelled is None or groups is None or not (~np.isnan(labelled)).any():
             raise ValueError("threshold='search' needs labels for some rows (y) and their problems (groups)")
@@ -707,8 +685,9 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             warnings.simplefilter("ignore")
             for t in sorted(THRESHOLD_GRID, key=lambda t: (abs(t - 0.5), t)):
                 self.cutoffs_ = self._cutoffs(float(t))
-                self._fit_codes(bin_codes(X, self.cutoffs_), prior, labelled)
-                chosen = group_argmax(self._decision(X[rows]), dev_groups, codes.size, np.arange(rows.size))
+                self._fit_codes(bin_codes(X, self.cutoffs_), prior, labelled, structure)
+                scores = self._log_odds(bin_codes(X, self.cutoffs_), structure)[rows]
+                chosen = group_argmax(scores, dev_groups, codes.size, np.arange(rows.size))
                 accuracy = float(np.sum(labelled[rows][chosen[chosen >= 0]] == 1)) / codes.size
                 if accuracy > best_accuracy + 1e-12:
                     best, best_accuracy = float(t), accuracy
@@ -716,32 +695,101 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         return best
 
     # ---- prediction --------------------------------------------------------------------------
-    def _decision(self, X: np.ndarray) -> np.ndarray:
-        """Log-odds computed once per distinct vote pattern, so equal votes give bitwise-equal scores
-        (a BLAS product may round identical rows differently, which would break ties arbitrarily)."""
-        codes = bin_codes(X, self.cutoffs_)
-        m = codes.shape[1]
-        keys = np.ascontiguousarray(codes).view(np.dtype((np.void, m))).ravel()
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        table = np.vstack([self.weights_, np.zeros((1, m))])  # the last row: abstain
-        values = np.log(self.prior_ / (1 - self.prior_)) + table[codes[first], np.arange(m)].sum(axis=1)
-        return values[inverse.reshape(-1)]
+    def _row_evidence(self, codes: np.ndarray, strata: np.ndarray | None) -> np.ndarray:
+        """``[n]`` log-likelihood ratio of each row's votes (its stratum's weights), accumulated column by
+        column so rows with equal votes in one stratum get bitwise-equal values."""
+        n, m = codes.shape
+        out = np.zeros(n)
+        if strata is None or self.strata_weights_.shape[0] == 1:
+            tables = np.vstack([self.weights_ if strata is None else self.strata_weights_[0], np.zeros((1, m))])
+            for j in np.flatnonzero(self.keep_):
+                out += tables[codes[:, j], j]
+            return out
+        tables = np.concatenate([self.strata_weights_, np.zeros((self.strata_weights_.shape[0], 1, m))], axis=1)
+        for j in np.flatnonzero(self.keep_):
+            out += tables[strata, codes[:, j], j]
+        return out
 
-    def decision_function(self, X: Any) -> np.ndarray:
-        """``[n]`` posterior log-odds that each candidate is correct (monotone in P(correct))."""
+    def _log_odds(self, codes: np.ndarray, structure: AnswerStructure | None) -> np.ndarray:
+        """``[n]`` posterior log-odds of each row's item: its answer's (votes of all its candidates, its
+        share cell, its stratum's weights) with answers, else the row's own."""
+        prior = np.log(self.prior_ / (1 - self.prior_))
+        if structure is None or not self.answers_:
+            return prior + self._row_evidence(codes, None)
+        strata = structure.strata(self.strata_edges_)
+        evidence = self._row_evidence(codes, strata)
+        # sum per item in a fixed order (by value), so answers with equal evidence tie exactly
+        order = np.lexsort((evidence, structure.items))
+        items = structure.items[order]
+        starts = np.flatnonzero(np.concatenate([[True], items[1:] != items[:-1]]))
+        totals = np.zeros(int(structure.items.max()) + 1)
+        totals[items[starts]] = np.add.reduceat(evidence[order], starts)
+        cell = self.cell_llr_[strata, structure.cells] if self.answer_share_ else 0.0
+        return prior + totals[structure.items] + cell
+
+    def decision_function(self, X: Any, *, groups: Any = None, answers: Any = None) -> np.ndarray:
+        """``[n]`` posterior log-odds that each candidate is correct (monotone in P(correct)).
+
+        With ``groups`` and ``answers`` (as in ``fit``) and a model fitted with answers, the log-odds
+        that the candidate's *answer* is correct (all its candidates' votes, its share, its problem's
+        stratum); otherwise from the candidate's own votes with the rates over all strata.
+        """
         check_is_fitted(self)
-        X = _as_matrix(self, X, reset=False)
+        X = as_matrix(self, X, reset=False)
+        structure = self._structure(groups, answers, X.shape[0]) if answers is not None else None
         with _single_threaded_blas():
-            return self._decision(X)
+            codes = bin_codes(X, self.cutoffs_)
+            if structure is not None and self.answers_:
+                return self._log_odds(codes, structure)
+            return self._pattern_log_odds(codes)
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """``[n, 2]``: P(incorrect), P(correct) given the candidate's votes."""
-        p = _sigmoid(self.decision_function(X))
+    def _pattern_log_odds(self, codes: np.ndarray) -> np.ndarray:
+        """Row-level log-odds computed once per distinct vote pattern (equal votes: bitwise-equal scores)."""
+        if codes.shape[0] == 0:
+            return np.zeros(0)
+        keys = lm.pattern_keys(codes, self.n_bins + 1)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        values = np.log(self.prior_ / (1 - self.prior_)) + self._row_evidence(codes[first], None)
+        out = values[inverse.reshape(-1)]
+        if not np.array_equal(codes[first][inverse.reshape(-1)], codes):  # a hash collision: no merging
+            out = np.log(self.prior_ / (1 - self.prior_)) + self._row_evidence(codes, None)
+        return out
+
+    def predict_proba(self, X: Any, *, groups: Any = None, answers: Any = None) -> np.ndarray:
+        """``[n, 2]``: P(incorrect), P(correct) given the votes (see ``decision_function``)."""
+        p = _sigmoid(self.decision_function(X, groups=groups, answers=answers))
         return np.column_stack([1.0 - p, p])
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict(self, X: Any, *, groups: Any = None, answers: Any = None) -> np.ndarray:
         """``[n]`` 1 where P(correct) > 0.5."""
-        return (self.decision_function(X) > 0).astype(np.int64)
+        return (self.decision_function(X, groups=groups, answers=answers) > 0).astype(np.int64)
+
+
+def _item_picks(log_odds: np.ndarray, problem: np.ndarray) -> np.ndarray:
+    """Index of the best item of each problem (items ``[I]`` with their problem), ties to the first."""
+    order = np.lexsort((-log_odds, problem))
+    first = np.concatenate([[True], problem[order][1:] != problem[order][:-1]])
+    return order[first]
+
+
+def _dev_accuracy(picks: np.ndarray, clamp: np.ndarray, problem: np.ndarray, known: np.ndarray) -> float:
+    """Share of the labelled problems whose picked item is known correct."""
+    labelled = np.unique(problem[known])
+    chosen = picks[np.isin(problem[picks], labelled)]
+    return float(np.nansum(clamp[chosen] == 1)) / max(labelled.size, 1)
+
+
+def _row_sample(n: int, limit: int) -> np.ndarray:
+    """Sorted indices of a seeded random sample of at most ``limit`` of ``n`` rows (all when n <= limit)."""
+    if n <= limit:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, size=limit, replace=False))
+
+
+def _row_labels(em: lm.LatentClassEM, rows: np.ndarray) -> np.ndarray:
+    """Labels of original ``rows`` from the clamped items of ``em`` (NaN where unknown)."""
+    item_of_row = em.data.item_of_row()[em.data.inverse]
+    return em.model.clamp[item_of_row[rows]]
 
 
 # ---- the selector -----------------------------------------------------------------------------
@@ -804,21 +852,27 @@ def tied_at_top(primary: np.ndarray, groups: np.ndarray, n_groups: int) -> np.nd
     return at_top & (np.bincount(groups[at_top], minlength=n_groups)[groups] > 1)
 
 
-def select_with_secondary(primary: np.ndarray, secondary: np.ndarray, data: SelectionData) -> np.ndarray:
-    """Per problem, the row with the largest ``primary``; ties by larger ``secondary``, then smaller tiebreak.
+def select_with_secondary(primary: np.ndarray, secondary: np.ndarray | Sequence[np.ndarray], data: SelectionData
+                          ) -> np.ndarray:
+    """Per problem, the row with the largest ``primary``; ties by larger ``secondary`` (one array, or several
+    applied in turn), then smaller tiebreak.
 
-    NaN in ``primary`` is never chosen; NaN in ``secondary`` ranks last among tied rows.
+    NaN in ``primary`` is never chosen; NaN in a secondary key ranks last among tied rows.
     """
     chosen = np.full(data.n_problems, -1, dtype=np.int64)
     rows = np.flatnonzero(~np.isnan(primary))
     if rows.size == 0:
         return chosen
-    second = np.where(np.isnan(secondary[rows]), -np.inf, secondary[rows])
-    order = rows[np.lexsort((data.tiebreak[rows], -second, -primary[rows], data.groups[rows]))]
+    keys = [secondary] if isinstance(secondary, np.ndarray) else list(secondary)
+    seconds = [-np.where(np.isnan(key[rows]), -np.inf, key[rows]) for key in keys]
+    order = rows[np.lexsort((data.tiebreak[rows], *seconds[::-1], -primary[rows], data.groups[rows]))]
     first = np.ones(order.size, dtype=bool)
     first[1:] = data.groups[order][1:] != data.groups[order][:-1]
     chosen[data.groups[order[first]]] = order[first]
     return chosen
+
+
+AGGREGATIONS = ("answer", "candidate")
 
 
 @SELECTORS.register("weaver")
@@ -826,22 +880,27 @@ class WeaverSelector(Selector):
     """Weaver selection: argmax per problem of the label model's P(correct | verifier votes).
 
     Label-free unless ``dev_fraction > 0``: then the labels of a seeded random share of the
-    problems set the class prior, orient the label model and (with ``model__threshold: search``)
-    choose the threshold, and the method is reported as label-based.
+    problems are fixed in EM, set the class prior, orient the label model and (with
+    ``model__threshold: search``) choose the threshold, and the method is reported as label-based.
 
     Args:
         verifiers: score columns to use (default: all).
-        majority_verifier: add Weaver's majority-vote pseudo-verifier (1 for candidates with a
-            most frequent answer). The dependence weights halve it and an ``answer_frequency``
-            verifier that votes the same way.
+        majority_verifier: use the majority evidence: with ``aggregate="answer"`` each answer's share
+            of its problem's samples (tested per agreement stratum against the verifiers); with
+            ``aggregate="candidate"`` Weaver's majority-vote pseudo-verifier column (1 for candidates
+            with a most frequent answer), as in the paper.
         model: the ``WeaverModel`` (its parameters are nested: ``model__threshold``,
             ``model__n_bins``, ...; configs write them the same way). Default ``WeaverModel()``.
         dev_fraction: share of problems whose labels may be used (0 = label-free).
         train_fraction: share of problems the label model is fitted on (1 = all, transductive as
             in the paper); the others are only scored, and the report gives the accuracy on them.
         seed: seed of the dev- and train-problem draws.
-        tie_break: ``mean_score`` (tied posteriors go to the higher mean normalised score of the
-            kept verifiers, then the smaller tiebreak rank) or ``index`` (smaller tiebreak rank).
+        tie_break: ``mean_score`` (tied posteriors go to the candidate whose own votes say more, then to
+            the higher mean normalised score of the kept verifiers, then the smaller tiebreak rank) or
+            ``index`` (the candidate's own votes, then the smaller tiebreak rank).
+        aggregate: ``answer`` (default: the label belongs to a final answer, so the candidates giving
+            it are pooled, and problems are stratified by agreement; candidates without answers stay
+            single) or ``candidate`` (every candidate on its own, as in the paper).
 
     Attributes:
         model_: the fitted ``WeaverModel`` (a clone of ``model``).
@@ -852,7 +911,7 @@ class WeaverSelector(Selector):
 
     def __init__(self, verifiers: list[str] | None = None, majority_verifier: bool = True,
                  model: WeaverModel | None = None, dev_fraction: float = 0.0, train_fraction: float = 1.0,
-                 seed: int = 0, tie_break: str = "mean_score") -> None:
+                 seed: int = 0, tie_break: str = "mean_score", aggregate: str = "answer") -> None:
         self.verifiers = verifiers
         self.majority_verifier = majority_verifier
         self.model = WeaverModel() if model is None else model  # an instance, so model__* parameters can be set
@@ -860,11 +919,18 @@ class WeaverSelector(Selector):
         self.train_fraction = train_fraction
         self.seed = seed
         self.tie_break = tie_break
+        self.aggregate = aggregate
 
     @property
     def uses_labels(self) -> bool:  # type: ignore[override]
         """Label-based exactly when ``dev_fraction > 0``."""
         return self.dev_fraction > 0
+
+    def _features(self, data: SelectionData) -> tuple[np.ndarray, tuple[str, ...]]:
+        return feature_matrix(data, self.verifiers, self.majority_verifier and self.aggregate == "candidate")
+
+    def _answers(self, data: SelectionData) -> np.ndarray | None:
+        return data.answers if self.aggregate == "answer" else None
 
     def fit(self, data: SelectionData, labels: np.ndarray | None = None) -> "WeaverSelector":
         if not 0 <= self.dev_fraction <= 1:
@@ -873,8 +939,10 @@ class WeaverSelector(Selector):
             raise ValueError(f"train_fraction must be in (0, 1], got {self.train_fraction!r}")
         if self.tie_break not in ("mean_score", "index"):
             raise ValueError(f"tie_break must be 'mean_score' or 'index', got {self.tie_break!r}")
+        if self.aggregate not in AGGREGATIONS:
+            raise ValueError(f"aggregate must be one of {AGGREGATIONS}, got {self.aggregate!r}")
         super().fit(data, labels)
-        X, self.feature_names_ = feature_matrix(data, self.verifiers, self.majority_verifier)
+        X, self.feature_names_ = self._features(data)
         self.train_rows_ = (np.ones(data.n_candidates, dtype=bool) if self.train_fraction >= 1
                             else problem_share_mask(data, self.train_fraction, self.seed + 1))
         rows = np.flatnonzero(self.train_rows_)
@@ -883,7 +951,10 @@ class WeaverSelector(Selector):
             self.dev_rows_ = problem_share_mask(data.subset(rows), self.dev_fraction, self.seed)
             y = np.where(self.dev_rows_, np.asarray(labels, dtype=np.float64)[rows], np.nan)
             self.dev_rows_ = np.isin(np.arange(data.n_candidates), rows[self.dev_rows_])
-        self.model_ = clone(self.model).fit(X[rows], y, groups=data.problem_id[rows].astype(str))
+        answers = self._answers(data)
+        self.model_ = clone(self.model).fit(X[rows], y, groups=data.groups[rows],
+                                            answers=None if answers is None else answers[rows],
+                                            answer_share=self.majority_verifier)
         return self
 
     def heldout_problems(self, data: SelectionData) -> np.ndarray:
@@ -898,33 +969,42 @@ class WeaverSelector(Selector):
         check_is_fitted(self)
         return describe_fit(self.model_, self.feature_names_)
 
+    def describe(self) -> str:
+        """The notes as one paragraph (what was dropped, down-weighted, stratified, cross-fitted)."""
+        return " ".join(note[0].upper() + note[1:] + ("" if note.endswith(".") else ".") for note in self.notes())
+
     def decision_function(self, data: SelectionData) -> np.ndarray:
-        """``[n]`` posterior log-odds of correctness (monotone in ``predict_proba``)."""
-        X, _ = feature_matrix(data, self.verifiers, self.majority_verifier)
-        return self.model_.decision_function(X)
+        """``[n]`` posterior log-odds of correctness (of the candidate's answer with ``aggregate="answer"``)."""
+        X, _ = self._features(data)
+        return self.model_.decision_function(X, groups=data.groups, answers=self._answers(data))
 
     def predict_proba(self, data: SelectionData) -> np.ndarray:
         """``[n]`` P(correct | votes)."""
         return _sigmoid(self.decision_function(data))
 
     def select(self, data: SelectionData) -> np.ndarray:
-        X, _ = feature_matrix(data, self.verifiers, self.majority_verifier)
-        primary = self.model_.decision_function(X)
+        X, _ = self._features(data)
+        model = self.model_
+        primary = model.decision_function(X, groups=data.groups, answers=self._answers(data))
+        keys = []
+        if model.answers_ and self._answers(data) is not None:  # within an answer: the best-supported candidate
+            keys.append(model.decision_function(X))
         if self.tie_break == "index":
-            return group_argmax(primary, data.groups, data.n_problems, data.tiebreak)
+            return select_with_secondary(primary, keys, data)
         secondary = np.full(data.n_candidates, np.nan)
         tied = np.flatnonzero(tied_at_top(primary, data.groups, data.n_problems))
-        kept = np.flatnonzero(self.model_.keep_)
+        kept = np.flatnonzero(model.keep_)
         if tied.size and kept.size:  # normalise only the rows that need it
-            Z = self.model_.normalizer_.transform(X[tied])[:, kept]
+            Z = model.normalizer_.transform(X[tied])[:, kept]
             count = (~np.isnan(Z)).sum(axis=1)
             secondary[tied] = np.divide(np.nansum(Z, axis=1), count, out=np.full(tied.size, np.nan), where=count > 0)
-        return select_with_secondary(primary, secondary, data)
+        return select_with_secondary(primary, [*keys, secondary], data)
 
 
 def describe_fit(model: WeaverModel, names: Sequence[str]) -> list[str]:
-    """Plain-word notes on a fitted ``WeaverModel``: drops, down-weighted copies, near-random
-    verifiers, the vote-count fallback, an ambiguous orientation, non-convergence."""
+    """Plain-word notes on a fitted ``WeaverModel``: drops, down-weighted copies, near-random verifiers,
+    answers and agreement strata, verifiers with per-stratum weights, majority evidence re-estimated
+    from the verifiers, the vote-count fallback, the orientation, non-convergence."""
     notes = [f"dropped {names[j]}: {reason}" for j, reason in sorted(model.dropped_.items())]
     for j, (k, phi) in sorted(model.dependence_.items()):
         notes.append(f"down-weighted {names[j]} to {model.dependence_weights_[j]:.2f}: votes like {names[k]} "
@@ -933,11 +1013,70 @@ def describe_fit(model: WeaverModel, names: Sequence[str]) -> list[str]:
               for j in np.flatnonzero(model.near_random_)]
     if model.fallback_ == "vote_count":
         notes.append(f"fallback: only {int(model.keep_.sum())} usable verifier(s), the label model needs 3; votes counted")
+    notes += _describe_strata(model, names)
     if model.orientation_ == "ambiguous":
         notes.append("orientation ambiguous: many verifiers disagree with the rest, and the mirror solution "
                      "(those verifiers right, the others wrong) fits equally well; give dev labels (dev_fraction) or a prior")
     elif model.flipped_ and model.orientation_ == "labels":
         notes.append("orientation corrected on the dev labels: the label-free fit had taken the mirror solution")
+    elif model.flipped_ and model.orientation_ == "answers":
+        notes.append("orientation set by the answers (at most one answer per problem is right fits it "
+                     f"{model.answer_orientation_:.0f} log-units better than the mirror), against the verifiers' majority")
     if not model.converged_:
         notes.append(f"EM did not converge in {model.max_iter} steps")
     return notes
+
+
+def _describe_strata(model: WeaverModel, names: Sequence[str]) -> list[str]:
+    """Notes on answer pooling, agreement strata, verifiers whose reliability depends on the problem and
+    how the majority evidence was used."""
+    if not model.answers_ or model.fallback_:
+        return []
+    from scipy.stats import chi2
+
+    edges = model.strata_edges_
+    labels = _stratum_labels(edges)
+    notes = ["candidates pooled by final answer: an answer's candidates are repeated evidence about it"
+             + (f"; problems in {len(labels)} strata by agreement (largest answer share: {', '.join(labels)}), "
+                "each verifier's rates per stratum shrunk towards its rates over all" if edges.size else "")]
+    if edges.size:
+        limit = chi2.isf(HETEROGENEITY_P, edges.size * 2 * (model.n_bins - 1))
+        half = model.n_bins // 2
+        for j in np.flatnonzero(model.heterogeneity_ > limit):
+            rates = "; ".join(f"{label}: TPR {theta[1, half:].sum():.2f} FPR {theta[0, half:].sum():.2f}"
+                              for label, theta in zip(labels, model.strata_theta_[:, :, :, j]))
+            notes.append(f"{names[j]}'s reliability depends on the problem (G = {model.heterogeneity_[j]:.0f}): {rates}")
+    check = model.majority_check_
+    agreed = f"{100 * UNANIMITY:.0f} %"
+    if model.majority_ == "checked":
+        how = (f"on dev labels the verifiers-checked model selects {100 * model.majority_dev_accuracy_['checked']:.0f} % "
+               f"right against {100 * model.majority_dev_accuracy_['joint']:.0f} % for the joint one"
+               if model.majority_dev_accuracy_ else
+               f"where >= {agreed} of the samples agree, the verifiers alone pick that answer "
+               f"{100 * check.get('checked', np.nan):.0f} % of the time (with the majority in the fit: "
+               f"{100 * check.get('joint', np.nan):.0f} %), so they can check it")
+        notes.append("majority evidence checked by the verifiers: the label is fitted on the verifiers alone and "
+                     f"each agreement stratum uses the answer shares only as far as they support them ({how}); "
+                     f"most frequent answer's log-odds per stratum: {_modal_llr(model, labels)}")
+    elif model.majority_ == "joint":
+        how = (f"on dev labels the joint model selects {100 * model.majority_dev_accuracy_['joint']:.0f} % right "
+               f"against {100 * model.majority_dev_accuracy_['checked']:.0f} % for the verifiers alone"
+               if model.majority_dev_accuracy_ else
+               f"where >= {agreed} of the samples agree, the verifiers alone pick that answer only "
+               f"{100 * check.get('checked', np.nan):.0f} % of the time (with it: {100 * check.get('joint', np.nan):.0f} %): "
+               "they are too weak to stand alone")
+        notes.append(f"majority evidence fitted with the verifiers ({how})")
+    return notes
+
+
+def _modal_llr(model: WeaverModel, labels: list[str]) -> str:
+    """The share evidence of a most frequent answer with 40-60 % of the samples, per stratum, in words."""
+    cell = 2 + 2 * 2 + 1
+    return ", ".join(f"{label} {llr:+.1f}" for label, llr in zip(labels, model.cell_llr_[:, cell]))
+
+
+def _stratum_labels(edges: np.ndarray) -> list[str]:
+    if edges.size == 0:
+        return ["all"]
+    bounds = [f"{100 * e:.0f} %" for e in edges]
+    return [f"< {bounds[0]}", *[f"{a}-{b}" for a, b in zip(bounds[:-1], bounds[1:])], f">= {bounds[-1]}"]

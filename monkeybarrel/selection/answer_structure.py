@@ -1,0 +1,101 @@
+"""What final answers tell a label model without labels: answer items, share cells, agreement strata.
+
+All candidates of a problem that give the same final answer are right or wrong together, so Weaver's
+label belongs to the *answer*: its candidates' votes are repeated evidence about one label (an item).
+How large a share of the problem's samples an answer has is the majority evidence (its cell), and how
+much a problem's samples agree (its largest answer share) is a label-free handle on its difficulty
+(its stratum): easy problems agree, hard ones scatter or gather on a favourite wrong answer.
+
+Cells: 0 = the candidate has no answer (its own item), 1 = the problem's only candidate, then for an
+answer of a problem with several candidates ``2 + 2 * share_bin + is_most_frequent`` with share bins
+``SHARE_EDGES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SHARE_EDGES = (0.2, 0.4, 0.6, 0.8)
+"""Bin edges of an answer's share of its problem's candidates."""
+N_CELLS = 2 + 2 * (len(SHARE_EDGES) + 1)
+CELL_NO_ANSWER, CELL_ALONE = 0, 1
+
+
+def cell_name(cell: int) -> str:
+    """Plain words for a cell, e.g. ``"most frequent answer, 40-60 % of the samples"``."""
+    if cell == CELL_NO_ANSWER:
+        return "no answer"
+    if cell == CELL_ALONE:
+        return "the problem's only sample"
+    share_bin, modal = divmod(cell - 2, 2)
+    edges = (0.0, *SHARE_EDGES, 1.0)
+    span = f"{100 * edges[share_bin]:.0f}-{100 * edges[share_bin + 1]:.0f} % of the samples"
+    return f"{'most frequent' if modal else 'other'} answer, {span}"
+
+
+@dataclass
+class AnswerStructure:
+    """Items, cells and agreement of candidates with final answers.
+
+    Attributes:
+        items: ``[n]`` int item of each candidate (one per (problem, answer); a candidate without an
+            answer is its own item).
+        cells: ``[n]`` int cell of the candidate's item.
+        agreement: ``[n_problems]`` largest answer share of each problem (0 when none answered).
+        problems: ``[n]`` int problem index of each candidate; ``sizes``: ``[n_problems]`` candidates.
+    """
+
+    items: np.ndarray
+    cells: np.ndarray
+    agreement: np.ndarray
+    problems: np.ndarray
+    sizes: np.ndarray
+
+    def strata(self, edges: np.ndarray) -> np.ndarray:
+        """``[n]`` stratum of each candidate: its problem's agreement against ascending ``edges``
+        (problems with one candidate join the most agreeing stratum)."""
+        agreement = np.where(self.sizes > 1, self.agreement, np.inf)
+        return np.searchsorted(np.asarray(edges, dtype=np.float64), agreement, side="right")[self.problems]
+
+
+def answer_structure(groups: np.ndarray, answers: np.ndarray) -> AnswerStructure:
+    """Items, cells and agreement from ``groups [n]`` (problem of each candidate, any hashable codes)
+    and ``answers [n]`` (int answer code, equal codes = equivalent answers, -1 = none)."""
+    from ..core.groups import factorize
+
+    groups = np.asarray(groups)
+    answers = np.asarray(answers, dtype=np.int64)
+    n = answers.size
+    problems, _ = factorize(groups) if n else (np.zeros(0, np.int64), None)
+    n_problems = int(problems.max(initial=-1)) + 1
+    sizes = np.bincount(problems, minlength=n_problems)
+    has = answers >= 0
+    # one item per (problem, answer); candidates without an answer get items of their own
+    span = int(answers.max(initial=0)) + 1
+    key = np.where(has, problems * span + answers, -1 - np.arange(n))
+    _, items = np.unique(key, return_inverse=True)
+    items = items.reshape(-1)
+    count = np.bincount(items, minlength=int(items.max(initial=-1)) + 1)[items]
+    share = count / np.maximum(sizes[problems], 1)
+    top = np.zeros(n_problems)
+    np.maximum.at(top, problems[has], count[has])
+    modal = has & (count == top[problems])
+    share_bin = np.searchsorted(np.asarray(SHARE_EDGES), share, side="right")
+    cells = np.where(~has, CELL_NO_ANSWER, np.where(sizes[problems] == 1, CELL_ALONE, 2 + 2 * share_bin + modal))
+    agreement = top / np.maximum(sizes, 1)
+    return AnswerStructure(items=items, cells=cells.astype(np.int64), agreement=agreement, problems=problems,
+                           sizes=sizes)
+
+
+def agreement_edges(structure: AnswerStructure, n_strata: int, min_problems: int = 40) -> np.ndarray:
+    """Ascending agreement cut points giving up to ``n_strata`` strata of about equal numbers of problems
+    with several candidates (fewer when a stratum would hold fewer than ``min_problems``)."""
+    several = structure.agreement[structure.sizes > 1]
+    n_strata = int(min(n_strata, several.size // max(min_problems, 1)))
+    if n_strata < 2:
+        return np.zeros(0)
+    edges = np.quantile(several, np.arange(1, n_strata) / n_strata)
+    edges = np.unique(edges)
+    return edges[(edges > several.min()) & (edges <= several.max())]
