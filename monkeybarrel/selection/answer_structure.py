@@ -53,6 +53,20 @@ class AnswerStructure:
     problems: np.ndarray
     sizes: np.ndarray
 
+    def subset(self, rows: np.ndarray) -> "AnswerStructure":
+        """The candidates at ``rows`` (items, cells and problems kept; per-problem arrays unchanged)."""
+        return AnswerStructure(items=self.items[rows], cells=self.cells[rows], agreement=self.agreement,
+                               problems=self.problems[rows], sizes=self.sizes)
+
+    def sample(self, limit: int, seed: int = 0) -> np.ndarray | None:
+        """Sorted rows of a seeded random set of whole problems with about ``limit`` candidates in all
+        (None when there are no more than ``limit``)."""
+        if self.items.size <= limit:
+            return None
+        order = np.random.default_rng(seed).permutation(self.sizes.size)
+        chosen = order[: np.searchsorted(np.cumsum(self.sizes[order]), limit) + 1]
+        return np.flatnonzero(np.isin(self.problems, chosen))
+
     def strata(self, edges: np.ndarray) -> np.ndarray:
         """``[n]`` stratum of each candidate: its problem's agreement against ascending ``edges``
         (problems with one candidate join the most agreeing stratum)."""

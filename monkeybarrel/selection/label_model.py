@@ -103,7 +103,8 @@ def pattern_keys(codes: np.ndarray, n_levels: int) -> np.ndarray:
 
 
 def build_em_data(codes: np.ndarray, n_bins: int, strata: np.ndarray | None = None, items: np.ndarray | None = None,
-                  cells: np.ndarray | None = None, n_cells: int = 0, compress: bool = True) -> EMData:
+                  cells: np.ndarray | None = None, n_cells: int = 0, compress: bool = True,
+                  n_strata: int | None = None) -> EMData:
     """Lay out ``codes [n, m]`` (int8 bin per verifier, ``n_bins`` = abstain) for EM.
 
     Args:
@@ -113,11 +114,12 @@ def build_em_data(codes: np.ndarray, n_bins: int, strata: np.ndarray | None = No
         cells: ``[n]`` int cell of each row's item (``CELL_NONE`` = none); equal within an item.
         compress: merge rows with equal votes into weighted patterns when rows are items, there is
             one stratum and no cells, and that at least halves the rows.
+        n_strata: number of strata (default: the largest stratum + 1; a sample may miss some).
     """
     n, m = codes.shape
     strata = np.zeros(n, dtype=np.int64) if strata is None else np.asarray(strata, dtype=np.int64)
-    n_strata = int(strata.max(initial=-1)) + 1 if n else 1
-    n_strata = max(n_strata, 1)
+    if n_strata is None:
+        n_strata = max(int(strata.max(initial=-1)) + 1 if n else 1, 1)
     weight_rows = np.ones(n)
     rows_are_items = items is None
     if rows_are_items and n_strata == 1 and cells is None and compress and n:
@@ -158,10 +160,7 @@ def build_em_data(codes: np.ndarray, n_bins: int, strata: np.ndarray | None = No
 def _indicators(codes: np.ndarray, n_bins: int) -> np.ndarray:
     """``[n, n_bins * m]`` float32 one-hot of each bin (an abstain is in none)."""
     n, m = codes.shape
-    F = np.zeros((n, n_bins * m), dtype=np.float32)
-    for b in range(n_bins):
-        F[:, b * m:(b + 1) * m] = codes == b
-    return F
+    return np.concatenate([codes == b for b in range(n_bins)], axis=1).astype(np.float32)
 
 
 @dataclass

@@ -55,15 +55,15 @@ class ScoreNormalizer(TransformerMixin, BaseEstimator):
         X = as_matrix(self, X, reset=True)
         finite = (~np.isnan(X)).sum(axis=0)
         if self.method == "quantile":
-            # sklearn's QuantileTransformer computes the same knots but spends ~1 s in nanpercentile at 50k x 30
-            ordered = np.sort(np.asfortranarray(X), axis=0)  # NaN sorts last
+            # sklearn's QuantileTransformer computes the same knots but spends ~1 s in nanpercentile at 50k x 30;
+            # one column at a time (a strided copy, then numpy's vectorised sort) beats sorting a transposed copy
             self.references_ = np.linspace(0.0, 1.0, max(2, min(self.n_quantiles, max(int(finite.max()), 2))))
             self.quantiles_ = np.full((self.references_.size, X.shape[1]), np.nan)
             for j in np.flatnonzero(finite):
                 position = self.references_ * (finite[j] - 1)
                 low = np.floor(position).astype(np.int64)
                 high = np.minimum(low + 1, finite[j] - 1)
-                column = ordered[:, j]
+                column = np.sort(X[:, j])  # NaN sorts last
                 self.quantiles_[:, j] = column[low] + (column[high] - column[low]) * (position - low)
         elif self.method in ("minmax", "weaver"):
             with warnings.catch_warnings():

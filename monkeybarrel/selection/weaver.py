@@ -49,8 +49,11 @@ START_TOP_SHARES = (0.2, 0.05, 0.01)
 START_STEPS = 12
 """EM's label-free starts: the soft majority vote plus hard starts at these top shares of it, each run
 ``START_STEPS`` EM steps (on at most ``START_ROWS`` rows); the best objective goes on."""
-START_ROWS = 60_000
-CORRELATION_ROWS = 100_000
+START_ROWS = 20_000
+FIT_ROWS = 60_000
+"""On more rows than this, EM and its tests run on a seeded sample of whole problems first, then EM
+continues on every row from there (a few steps: the sample's solution is close)."""
+CORRELATION_ROWS = 60_000
 """Vote correlations (dependence weights) are estimated on at most this many rows (a seeded sample)."""
 HETEROGENEITY_P = 1e-6
 """The notes name a verifier whose rates differ between agreement strata at this significance (G test on the
@@ -411,41 +414,76 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             self.strata_weights_[:] = self.weights_
             return
         kept = np.ascontiguousarray(codes[:, columns])
+        k = columns.size
+        sample = structure.sample(FIT_ROWS) if structure is not None else (
+            _row_sample(n, FIT_ROWS) if n > FIT_ROWS else None)
+        rows = np.arange(n) if sample is None else sample
+        part = None if structure is None else structure.subset(rows)
+        em = self._em(kept[rows], part, None if labelled is None else labelled[rows], prior, k)
+        self.n_patterns_ = int(em.data.F.shape[0])
+        fit = self._fit_phases(em, kept[rows], part, labelled, prior, columns)
+        if sample is not None:  # EM on a sample of problems first, then on every row from there
+            full = self._em(kept, structure, labelled, prior, k)
+            full.model = lm.Model(em.model.weights, em.model.per_stratum, em.model.crossfit, prior, self.smoothing,
+                                  full.model.clamp, em.model.cell_weight)
+            fit, em = self._polish(full, fit), full
+            self.n_patterns_ = int(em.data.F.shape[0])
+        if em.data.n_strata > 1:
+            self.heterogeneity_[columns] = lm.heterogeneity(em, fit["posterior"])
+        self._store(fit, columns, em)
+
+    def _em(self, kept: np.ndarray, structure: AnswerStructure | None, labelled: np.ndarray | None,
+            prior: float | None, k: int) -> lm.LatentClassEM:
+        """The EM problem of these rows: answers as items, share cells, agreement strata when answered."""
         strata = items = cells = None
         if structure is not None:
-            strata = structure.strata(self.strata_edges_)
-            items = structure.items
+            strata, items = structure.strata(self.strata_edges_), structure.items
             cells = structure.cells if self.answer_share_ else None
-        data = lm.build_em_data(kept, B, strata, items, cells, N_CELLS if cells is not None else 0)
-        self.n_patterns_ = int(data.F.shape[0])
-        k, S = columns.size, data.n_strata
+        S = self.strata_edges_.size + 1 if structure is not None else 1
+        data = lm.build_em_data(kept, self.n_bins, strata, items, cells, N_CELLS if cells is not None else 0,
+                                n_strata=S)
         model = lm.Model(np.ones(k), np.zeros(k, bool), np.zeros((S, data.n_cells), bool), prior, self.smoothing,
                          self._clamp(labelled, data))
-        em = lm.LatentClassEM(data, model)
-        sample = _row_sample(n, CORRELATION_ROWS)
+        return lm.LatentClassEM(data, model)
+
+    def _fit_phases(self, em: lm.LatentClassEM, kept: np.ndarray, structure: AnswerStructure | None,
+                    labelled: np.ndarray | None, prior: float | None, columns: np.ndarray) -> dict[str, Any]:
+        """Dependence weights, EM, per-stratum rates, orientation and the majority check, on ``em``'s rows."""
+        data, model, B = em.data, em.model, self.n_bins
+        sample = _row_sample(kept.shape[0], CORRELATION_ROWS)
         half = B // 2  # correlations on the median split (the vote itself when n_bins = 2)
         positive = ((kept[sample] >= half) & (kept[sample] < B)).astype(np.float64)
         negative = (kept[sample] < half).astype(np.float64)
         if self.dependence is not None:
             model.weights = dependence_weights(vote_correlations(positive, negative), self.dependence)
-        fit = lm.fit(em, self._start(em, kept, strata, items, cells), self.max_iter, self.tol)
-        n_iter = fit["n_iter"]
+        fit = lm.fit(em, self._start(em, structure), self.max_iter, self.tol)
         if self.dependence is not None:
             posterior = data.to_rows(fit["posterior"])[data.inverse[sample]]
             phi = conditional_correlations(positive, negative, np.ones(sample.size), posterior)
             model.weights = dependence_weights(phi, self.dependence)
             self._record_dependence(columns, model.weights, phi)
-            fit = self._refit(em, fit, n_iter)
-            n_iter = fit["n_iter"]
-        if S > 1:  # rates per agreement stratum, each shrunk towards the rates of all strata
-            model.per_stratum = np.ones(k, dtype=bool)
-            fit = self._refit(em, fit, n_iter)
+            fit = self._refit(em, fit, fit["n_iter"])
+        if data.n_strata > 1:  # rates per agreement stratum, each shrunk towards the rates of all strata
+            model.per_stratum = np.ones(columns.size, dtype=bool)
+            fit = self._refit(em, fit, fit["n_iter"])
         fit = self._orient(em, fit, structure, labelled, prior)
         if data.n_cells:
             fit = self._check_majority(em, fit, structure)
-        if S > 1:
-            self.heterogeneity_[columns] = lm.heterogeneity(em, fit["posterior"])
-        self._store(fit, columns, em)
+        return fit
+
+    def _polish(self, em: lm.LatentClassEM, fit: dict[str, Any]) -> dict[str, Any]:
+        """EM on every row from the sample's solution, with the sample's decisions (weights, strata, majority)."""
+        model = em.model
+        if self.majority_ == "checked":
+            model.cell_weight, model.crossfit = 0.0, np.zeros_like(model.crossfit)
+        polished = self._refit(em, fit, fit["n_iter"])
+        if self.majority_ == "checked":
+            model.cell_weight, model.crossfit = 1.0, np.ones_like(model.crossfit)
+            q, objective, log_joint = em.e_step(polished["params"])
+            polished = dict(polished, posterior=q, objective=objective, joint=log_joint)
+        if em.data.n_cells:
+            self.cell_llr_ = em.cell_tables(polished["params"], em.log_terms(polished["params"])[0])
+        return polished
 
     def _check_majority(self, em: lm.LatentClassEM, joint: dict[str, Any], structure: AnswerStructure) -> dict[str, Any]:
         """The majority evidence, checked by the verifiers (a test of whether it helps).
@@ -522,25 +560,20 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         seen = data.per_item(known.astype(np.float64))
         return np.where(seen > 0, np.round(hits / np.maximum(seen, 1)), np.nan)
 
-    def _start(self, em: lm.LatentClassEM, kept: np.ndarray, strata, items, cells) -> lm.Params:
-        """The best label-free start, chosen on a sample of at most ``START_ROWS`` rows (whole problems
-        when rows are grouped into answers)."""
+    def _start(self, em: lm.LatentClassEM, structure: AnswerStructure | None) -> lm.Params:
+        """The best label-free start, chosen on at most ``START_ROWS`` rows (whole problems when answered)."""
         data = em.data
-        if data.F.shape[0] <= START_ROWS:
+        n = data.inverse.size
+        rows = (structure.sample(START_ROWS, seed=1) if structure is not None else
+                (_row_sample(n, START_ROWS) if n > START_ROWS else None))
+        if rows is None:
             return lm.best_start(em, lm.soft_vote(data, em.model.weights), START_TOP_SHARES, START_STEPS)
-        unit = np.arange(kept.shape[0]) if items is None else items
-        chosen = np.isin(unit, np.unique(unit[_row_sample(kept.shape[0], START_ROWS)]))
-        rows = np.flatnonzero(chosen)
-        small = lm.build_em_data(kept[rows], data.n_bins, None if strata is None else strata[rows],
-                                 None if items is None else items[rows], None if cells is None else cells[rows],
-                                 data.n_cells)
-        if small.n_strata != data.n_strata:  # a stratum missing from the sample: start on everything
-            return lm.best_start(em, lm.soft_vote(data, em.model.weights), START_TOP_SHARES, START_STEPS)
-        clamp = None if em.model.clamp is None else self._clamp(_row_labels(em, rows), small)
-        model = lm.Model(em.model.weights, em.model.per_stratum, em.model.crossfit, em.model.prior, em.model.smoothing,
-                         clamp)
-        sub = lm.LatentClassEM(small, model)
-        return lm.best_start(sub, lm.soft_vote(small, model.weights), START_TOP_SHARES, START_STEPS)
+        part = None if structure is None else structure.subset(rows)
+        clamp = None if em.model.clamp is None else _row_labels(em, rows)
+        kept = _row_codes(data, rows)
+        small = self._em(kept, part, clamp, em.model.prior, data.m)
+        small.model.weights, small.model.per_stratum = em.model.weights, em.model.per_stratum
+        return lm.best_start(small, lm.soft_vote(small.data, small.model.weights), START_TOP_SHARES, START_STEPS)
 
     def _refit(self, em: lm.LatentClassEM, fit: dict[str, Any], n_iter: int) -> dict[str, Any]:
         """EM again from the previous solution (after a change of weights, strata or cells)."""
@@ -696,18 +729,17 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
 
     # ---- prediction --------------------------------------------------------------------------
     def _row_evidence(self, codes: np.ndarray, strata: np.ndarray | None) -> np.ndarray:
-        """``[n]`` log-likelihood ratio of each row's votes (its stratum's weights), accumulated column by
-        column so rows with equal votes in one stratum get bitwise-equal values."""
+        """``[n]`` log-likelihood ratio of each row's votes (its stratum's weights; all strata's without
+        ``strata``), accumulated column by column so rows with equal votes in one stratum get bitwise-equal
+        values."""
         n, m = codes.shape
+        B = self.n_bins
+        weights = self.weights_[None] if strata is None else self.strata_weights_
+        tables = np.concatenate([weights, np.zeros((weights.shape[0], 1, m))], axis=1)  # [S, B + 1, m]; abstain 0
+        offset = 0 if strata is None or weights.shape[0] == 1 else (np.asarray(strata, dtype=np.intp) * (B + 1))
         out = np.zeros(n)
-        if strata is None or self.strata_weights_.shape[0] == 1:
-            tables = np.vstack([self.weights_ if strata is None else self.strata_weights_[0], np.zeros((1, m))])
-            for j in np.flatnonzero(self.keep_):
-                out += tables[codes[:, j], j]
-            return out
-        tables = np.concatenate([self.strata_weights_, np.zeros((self.strata_weights_.shape[0], 1, m))], axis=1)
         for j in np.flatnonzero(self.keep_):
-            out += tables[strata, codes[:, j], j]
+            out += tables[:, :, j].ravel()[codes[:, j] + offset]
         return out
 
     def _log_odds(self, codes: np.ndarray, structure: AnswerStructure | None) -> np.ndarray:
@@ -734,26 +766,19 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         that the candidate's *answer* is correct (all its candidates' votes, its share, its problem's
         stratum); otherwise from the candidate's own votes with the rates over all strata.
         """
+        return self.answer_scores(X, groups=groups, answers=answers)[0]
+
+    def answer_scores(self, X: Any, *, groups: Any = None, answers: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """``([n] log-odds of the candidate's answer (see ``decision_function``), [n] log-odds from the
+        candidate's own votes alone)``, from one pass over the scores."""
         check_is_fitted(self)
         X = as_matrix(self, X, reset=False)
         structure = self._structure(groups, answers, X.shape[0]) if answers is not None else None
-        with _single_threaded_blas():
-            codes = bin_codes(X, self.cutoffs_)
-            if structure is not None and self.answers_:
-                return self._log_odds(codes, structure)
-            return self._pattern_log_odds(codes)
-
-    def _pattern_log_odds(self, codes: np.ndarray) -> np.ndarray:
-        """Row-level log-odds computed once per distinct vote pattern (equal votes: bitwise-equal scores)."""
-        if codes.shape[0] == 0:
-            return np.zeros(0)
-        keys = lm.pattern_keys(codes, self.n_bins + 1)
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        values = np.log(self.prior_ / (1 - self.prior_)) + self._row_evidence(codes[first], None)
-        out = values[inverse.reshape(-1)]
-        if not np.array_equal(codes[first][inverse.reshape(-1)], codes):  # a hash collision: no merging
-            out = np.log(self.prior_ / (1 - self.prior_)) + self._row_evidence(codes, None)
-        return out
+        codes = bin_codes(X, self.cutoffs_)
+        own = np.log(self.prior_ / (1 - self.prior_)) + self._row_evidence(codes, None)
+        if structure is not None and self.answers_:
+            return self._log_odds(codes, structure), own
+        return own, own
 
     def predict_proba(self, X: Any, *, groups: Any = None, answers: Any = None) -> np.ndarray:
         """``[n, 2]``: P(incorrect), P(correct) given the votes (see ``decision_function``)."""
@@ -784,6 +809,13 @@ def _row_sample(n: int, limit: int) -> np.ndarray:
     if n <= limit:
         return np.arange(n)
     return np.sort(np.random.default_rng(0).choice(n, size=limit, replace=False))
+
+
+def _row_codes(data: lm.EMData, rows: np.ndarray) -> np.ndarray:
+    """``[len(rows), m]`` int8 bin codes of original ``rows`` read back from the indicators (abstain = n_bins)."""
+    F = data.F[data.inverse[rows]].reshape(rows.size, data.n_bins, data.m)
+    observed = F.sum(axis=1) > 0
+    return np.where(observed, F.argmax(axis=1), data.n_bins).astype(np.int8)
 
 
 def _row_labels(em: lm.LatentClassEM, rows: np.ndarray) -> np.ndarray:
@@ -824,7 +856,8 @@ def feature_matrix(data: SelectionData, verifiers: Sequence[str] | None, majorit
                    ) -> tuple[np.ndarray, tuple[str, ...]]:
     """``[n, m']`` score columns of ``verifiers`` (plus the majority pseudo-verifier) and their names."""
     columns = verifier_columns(data, verifiers)
-    X = data.scores[:, columns]
+    whole = columns.size == data.scores.shape[1] and np.array_equal(columns, np.arange(columns.size))
+    X = data.scores if whole else data.scores[:, columns]  # no copy of a large score matrix when all are used
     names = tuple(data.verifiers[c] for c in columns)
     if majority_verifier:
         X = np.column_stack([X, majority_column(data)])
@@ -843,13 +876,16 @@ def problem_share_mask(data: SelectionData, fraction: float, seed: int) -> np.nd
     return np.isin(data.problem_id.astype(str), chosen)
 
 
-def tied_at_top(primary: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
-    """``[n]`` bool: rows sharing their problem's largest finite ``primary`` with another row."""
-    finite = ~np.isnan(primary)
-    top = np.full(n_groups, -np.inf)
-    np.maximum.at(top, groups[finite], primary[finite])
-    at_top = finite & (primary == top[groups])
-    return at_top & (np.bincount(groups[at_top], minlength=n_groups)[groups] > 1)
+def tied_with(chosen: np.ndarray, keys: Sequence[np.ndarray], data: SelectionData) -> np.ndarray:
+    """``[n]`` bool: rows equal in every key to their problem's chosen row, in problems where several are."""
+    made = chosen >= 0
+    best = np.full(data.n_problems, -1)
+    best[made] = chosen[made]
+    rows = best[data.groups]
+    same = rows >= 0
+    for key in keys:
+        same &= key == key[np.maximum(rows, 0)]
+    return same & (np.bincount(data.groups[same], minlength=data.n_problems)[data.groups] > 1)
 
 
 def select_with_secondary(primary: np.ndarray, secondary: np.ndarray | Sequence[np.ndarray], data: SelectionData
@@ -952,8 +988,10 @@ class WeaverSelector(Selector):
             y = np.where(self.dev_rows_, np.asarray(labels, dtype=np.float64)[rows], np.nan)
             self.dev_rows_ = np.isin(np.arange(data.n_candidates), rows[self.dev_rows_])
         answers = self._answers(data)
-        self.model_ = clone(self.model).fit(X[rows], y, groups=data.groups[rows],
-                                            answers=None if answers is None else answers[rows],
+        every = rows.size == data.n_candidates  # no copies of the data when fitting on all of it
+        pick = (lambda a: a) if every else (lambda a: a[rows])
+        self.model_ = clone(self.model).fit(pick(X), y, groups=pick(data.groups),
+                                            answers=None if answers is None else pick(answers),
                                             answer_share=self.majority_verifier)
         return self
 
@@ -984,20 +1022,20 @@ class WeaverSelector(Selector):
 
     def select(self, data: SelectionData) -> np.ndarray:
         X, _ = self._features(data)
-        model = self.model_
-        primary = model.decision_function(X, groups=data.groups, answers=self._answers(data))
-        keys = []
-        if model.answers_ and self._answers(data) is not None:  # within an answer: the best-supported candidate
-            keys.append(model.decision_function(X))
+        model, answers = self.model_, self._answers(data)
+        primary, own = model.answer_scores(X, groups=data.groups, answers=answers)
+        keys = [own] if model.answers_ and answers is not None else []  # within an answer: the best-supported candidate
+        chosen = select_with_secondary(primary, keys, data)
         if self.tie_break == "index":
-            return select_with_secondary(primary, keys, data)
-        secondary = np.full(data.n_candidates, np.nan)
-        tied = np.flatnonzero(tied_at_top(primary, data.groups, data.n_problems))
+            return chosen
+        tied = np.flatnonzero(tied_with(chosen, [primary, *keys], data))
         kept = np.flatnonzero(model.keep_)
-        if tied.size and kept.size:  # normalise only the rows that need it
-            Z = model.normalizer_.transform(X[tied])[:, kept]
-            count = (~np.isnan(Z)).sum(axis=1)
-            secondary[tied] = np.divide(np.nansum(Z, axis=1), count, out=np.full(tied.size, np.nan), where=count > 0)
+        if tied.size == 0 or kept.size == 0:
+            return chosen
+        secondary = np.full(data.n_candidates, np.nan)
+        Z = model.normalizer_.transform(X[tied])[:, kept]  # normalise only the rows that need it
+        count = (~np.isnan(Z)).sum(axis=1)
+        secondary[tied] = np.divide(np.nansum(Z, axis=1), count, out=np.full(tied.size, np.nan), where=count > 0)
         return select_with_secondary(primary, [*keys, secondary], data)
 
 
