@@ -7,6 +7,12 @@ Targets on 2 CPU cores: global < 1 s, local < 10 s.
 
     python benchmarks/smoothie_route.py [--problems 10000 --generators 10 --dim 384 --neighbors 20]
 
+The paper's AlpacaEval setting (``--alpaca``): 10 trials of 805 instructions x 5 models, Smoothie-Local with
+the 20 nearest other instructions, default thread settings; target < 1 s for all 10 fits. ``--before REV``
+times the same in a fresh process on the package at git revision REV (``git archive``), in the same run.
+
+    python benchmarks/smoothie_route.py --alpaca [--before main]
+
 Routing table of a real run (after ``monkeybarrel run``):
 
     python benchmarks/smoothie_route.py --experiment runs/smoothie_gsm8k
@@ -65,6 +71,45 @@ def speed(args) -> None:
     print(f"(hit rate by chance {chance:.3f}; the global variant can only be right on one generator's share)")
 
 
+def alpaca(args) -> None:
+    """10 trials x 805 x 5 models, local K = 20 excluding the instruction itself: seconds for all fits."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from threadpoolctl import threadpool_info
+
+    trials = [synthetic(805, 5, args.dim, seed=seed)[:2] for seed in range(10)]
+    if args.child:
+        from monkeybarrel.selection.smoothie import Smoothie
+
+        best = float("inf")
+        for _ in range(args.repeats):
+            began = time.perf_counter()
+            for X, inputs in trials:
+                Smoothie("local", 20, exclude_self=True).fit(X, inputs).predict()
+            best = min(best, time.perf_counter() - began)
+        print(json.dumps({"seconds": best}))
+        return
+    from weaver_fit import ROOT, unpack
+
+    threads = sorted({info.get("num_threads") for info in threadpool_info()})
+    print(f"10 trials x 805 instructions x 5 models x {args.dim}-dim, Smoothie-Local K=20 (exclude_self), "
+          f"default threads {threads}, {len(os.sched_getaffinity(0))} usable cores, load {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {"after": ROOT}
+        if args.before != "none":
+            runs = {f"before ({args.before})": unpack(args.before, Path(tmp)), **runs}
+        for name, path in runs.items():
+            out = subprocess.run([sys.executable, __file__, "--alpaca", "--child", "--dim", str(args.dim),
+                                  "--repeats", str(args.repeats)], env=dict(os.environ, PYTHONPATH=str(path)),
+                                 cwd=path, capture_output=True, text=True, check=True)
+            print(f"{name}: {json.loads(out.stdout.strip().splitlines()[-1])['seconds']:.3f} s for 10 fits (target < 1 s)")
+
+
 def routing_table(directory: str) -> None:
     """Selection accuracy (first sample of the routed generator) and routed-generator accuracy."""
     from monkeybarrel.orchestrator.experiment import Experiment
@@ -108,8 +153,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--experiment", help="print the routing table of this experiment directory instead")
+    parser.add_argument("--alpaca", action="store_true", help="time the AlpacaEval setting (10 trials x 805 x 5, K=20)")
+    parser.add_argument("--before", default="none", help="with --alpaca: git revision to time beside this tree")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.experiment:
+    if args.alpaca:
+        alpaca(args)
+    elif args.experiment:
         routing_table(args.experiment)
     else:
         speed(args)

@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 from scipy.stats import spearmanr
 
 from monkeybarrel.selection.smoothie import (Smoothie, candidate_deltas, cell_sq_distances,
@@ -134,7 +135,7 @@ def test_bad_arguments_name_the_problem():
         Smoothie("local", n_neighbors=3).fit(X, np.zeros((9, 2)))
     with pytest.raises(ValueError, match="n_inputs, n_voters, dim"):
         Smoothie("global").fit(X[0])
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError):
         Smoothie().predict()
 
 

@@ -200,3 +200,37 @@ def test_embedders_are_sklearn_estimators():
 
     assert clone(TfidfSvdEmbedder(n_components=8)).get_params()["n_components"] == 8
     assert clone(SentenceTransformerEmbedder(model="all-mpnet-base-v2")).get_params()["model"] == "all-mpnet-base-v2"
+
+
+def test_every_unfitted_estimator_and_embedder_raises_not_fitted_error():
+    from sklearn.exceptions import NotFittedError
+
+    from monkeybarrel.selection.embedders import EMBEDDERS
+    from monkeybarrel.selection.score_bins import ScoreNormalizer
+    from monkeybarrel.selection.smoothie import Smoothie
+    from monkeybarrel.selection.weaver import WeaverModel
+
+    data, _ = generative_data(n_problems=5)
+    X = np.zeros((4, 3))
+    calls = {"Smoothie.predict": lambda: Smoothie().predict(), "Smoothie.deltas": lambda: Smoothie("local").deltas(),
+             "Smoothie.thetas": lambda: Smoothie().thetas(), "WeaverModel.predict_proba": lambda: WeaverModel().predict_proba(X),
+             "WeaverModel.decision_function": lambda: WeaverModel().decision_function(X),
+             "ScoreNormalizer.transform": lambda: ScoreNormalizer().transform(X)}
+    for name in EMBEDDERS.names():  # every registered embedder, without loading any model
+        calls[f"embedder {name}.transform"] = lambda name=name: make_embedder(name).transform(["a text"])
+    for name in SELECTORS.names():
+        selector = SELECTORS.get(name)
+        if selector.requires_fit:  # stateless selectors (majority, random, test votes) select without fit by design
+            calls[f"selector {name}.select"] = lambda selector=selector: selector().select(data)
+            calls[f"selector {name}.decision_function"] = lambda selector=selector: selector().decision_function(data)
+    failures = []
+    for name, call in calls.items():
+        try:
+            call()
+            failures.append(f"{name}: no error")
+        except NotFittedError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the point is which type
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+    assert not failures, failures
+    assert {"embedder tfidf.transform", "embedder sentence-transformers.transform", "selector smoothie.select"} <= set(calls)

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from ..core.models import resolve_model
 from ..core.registry import Registry
@@ -89,7 +90,8 @@ class TfidfSvdEmbedder(BaseEstimator):
         return self
 
     def transform(self, texts: Sequence[str | None]) -> np.ndarray:
-        """``[n, d]`` float32 unit rows (all-zero for texts with no known term)."""
+        """``[n, d]`` float32 unit rows (all-zero for texts with no known term); ``NotFittedError`` before ``fit``."""
+        check_is_fitted(self)
         texts = _clean(texts)
         if self.vectorizer_ is None:
             return np.zeros((len(texts), 1), dtype=np.float32)
@@ -130,9 +132,8 @@ class SentenceTransformerEmbedder(BaseEstimator):
         return self
 
     def transform(self, texts: Sequence[str | None]) -> np.ndarray:
-        """``[n, d]`` float32 unit rows."""
-        if not hasattr(self, "model_"):
-            self.fit()
+        """``[n, d]`` float32 unit rows; ``NotFittedError`` before ``fit`` (which loads the model)."""
+        check_is_fitted(self)
         texts = _clean(texts)
         if not texts:
             return np.zeros((0, self.model_.get_sentence_embedding_dimension() or 1), dtype=np.float32)

@@ -28,11 +28,13 @@ Two layers:
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
-
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
 from ..core.selection_data import SelectionData
 from .base import SELECTORS, Selector
@@ -40,6 +42,48 @@ from .embedders import make_embedder
 
 VARIANTS = ("global", "local")
 VOTERS = ("generator", "candidate")
+PARALLEL_FLOPS = 2e9
+"""Below this many floating-point operations a fit runs its BLAS on one thread: thread start-up and
+synchronisation cost more than they save on small products (2-3x slower on a busy 2-core machine)."""
+
+
+def _threads_for(flops: float):
+    """One BLAS/OpenMP thread for small work, the library default for large work."""
+    if flops >= PARALLEL_FLOPS:
+        return nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
+def nearest(queries: np.ndarray, points: np.ndarray, k: int, block: int = 2048) -> np.ndarray:
+    """``[q, k]`` indices of the ``k`` nearest ``points [p, e]`` (squared L2) of every query ``[q, e]``,
+    nearest first, ties to the smaller index; exact, in blocks of queries (one matrix product each).
+
+    (scikit-learn's brute-force ``NearestNeighbors`` gives the same neighbours but starts an OpenMP
+    pool per call, which dominated Smoothie-Local on small inputs.)
+    """
+    queries = np.asarray(queries, dtype=np.float32)
+    points = np.asarray(points, dtype=np.float32)
+    k = min(k, points.shape[0])
+    squared = np.einsum("pe,pe->p", points, points, dtype=np.float64)
+    out = np.empty((queries.shape[0], k), dtype=np.int64)
+    columns = np.arange(points.shape[0])
+    for start in range(0, queries.shape[0], block):
+        part = queries[start:start + block]
+        distance = squared[None, :] - 2.0 * (part @ points.T).astype(np.float64)  # + |query|^2: same per row
+        if k < points.shape[0]:
+            candidates = np.argpartition(distance, k - 1, axis=1)[:, :k]
+        else:
+            candidates = np.broadcast_to(columns, distance.shape)
+        chosen = np.take_along_axis(distance, candidates, axis=1)
+        order = np.lexsort((candidates, chosen), axis=1)
+        rows = np.take_along_axis(candidates, order, axis=1)
+        edge = chosen.max(axis=1, keepdims=True)  # a tie across the k-th place: take the smaller indices
+        for r in np.flatnonzero((distance == edge).sum(axis=1) > (chosen == edge).sum(axis=1)):
+            rows[r] = np.lexsort((columns, distance[r]))[:k]
+        out[start:start + part.shape[0]] = rows
+    return out
 
 
 # ---- array kernels ----------------------------------------------------------------------------
@@ -156,7 +200,8 @@ class Smoothie(BaseEstimator):
         theta_: same shape, normalised θ̂ (δ̂ clipped at 1e-12 first).
         distances_: ``[m, m]`` (global) or ``[n, m, m]`` (local) mean squared distances D used.
         neighbors_: ``[n, K]`` fitted inputs' neighbour indices (local) or None.
-        nn_: the fitted ``sklearn.neighbors.NearestNeighbors`` (local with input embeddings) or None.
+        inputs_: ``[n, e]`` float32 fitted input embeddings (local with input embeddings) or None; new
+            inputs are routed by their nearest ones (``nearest``, exact brute force).
 
     Examples:
         >>> rng = np.random.default_rng(0)
@@ -192,6 +237,11 @@ class Smoothie(BaseEstimator):
             raise ValueError(f"X must be [n_inputs, n_voters, dim], got shape {X.shape}")
         if not np.isfinite(X).all():
             raise ValueError("X has non-finite entries; mark missing outputs through fit_distances instead")
+        n, m, d = X.shape
+        with _threads_for(2.0 * n * m * m * d):
+            return self._fit(X, input_embeddings)
+
+    def _fit(self, X: np.ndarray, input_embeddings: np.ndarray | None) -> "Smoothie":
         if self.variant == "global":
             n, m, d = X.shape
             self._check_voters(m)
@@ -217,6 +267,12 @@ class Smoothie(BaseEstimator):
         P = np.asarray(distances, dtype=np.float64)
         if P.ndim != 3 or P.shape[1] != P.shape[2]:
             raise ValueError(f"distances must be [n_inputs, n_voters, n_voters], got shape {P.shape}")
+        n = P.shape[0]
+        width = 0 if input_embeddings is None else np.shape(input_embeddings)[-1]
+        with _threads_for(2.0 * n * n * width):
+            return self._fit_distances(P, input_embeddings, dim)
+
+    def _fit_distances(self, P: np.ndarray, input_embeddings: np.ndarray | None, dim: int) -> "Smoothie":
         n, m, _ = P.shape
         self._check_voters(m)
         if self.variant == "global":
@@ -225,26 +281,24 @@ class Smoothie(BaseEstimator):
             with np.errstate(divide="ignore", invalid="ignore"):
                 D = np.where(count > 0, np.where(finite, P, 0.0).sum(axis=0) / count, np.nan)
             return self._finish_global(D, dim)
-        self.nn_ = None
+        self.inputs_ = None
         if input_embeddings is not None:
             inputs = np.asarray(input_embeddings, dtype=np.float32)
             if inputs.ndim != 2 or inputs.shape[0] != n:
                 raise ValueError(f"input_embeddings must be [{n}, e], got shape {inputs.shape}")
-            from sklearn.neighbors import NearestNeighbors
-
-            self.nn_ = NearestNeighbors(n_neighbors=min(self.n_neighbors, n), algorithm="brute").fit(inputs)
+            self.inputs_ = inputs
         if self.exclude_self:
-            if self.nn_ is None:
+            if self.inputs_ is None:
                 raise ValueError("exclude_self needs input_embeddings (the window is the nearest other inputs)")
             if n < 2:
                 raise ValueError("exclude_self needs at least 2 inputs")
             self.neighbors_ = _other_inputs(inputs, min(self.n_neighbors, n - 1))
         elif self.n_neighbors == 1:
             self.neighbors_ = np.arange(n)[:, None]
-        elif self.nn_ is None:
+        elif self.inputs_ is None:
             raise ValueError(f"the local variant with n_neighbors={self.n_neighbors} needs input_embeddings")
         else:
-            self.neighbors_ = _self_inclusive(self.nn_.kneighbors(inputs, return_distance=False))
+            self.neighbors_ = _self_inclusive(nearest(inputs, inputs, self.n_neighbors))
         self.train_distances_ = P
         self.distances_ = _window_mean(P, self.neighbors_)
         self.delta_ = triplet_deltas(self.distances_)
@@ -257,7 +311,7 @@ class Smoothie(BaseEstimator):
             raise ValueError(f"Smoothie's triplet estimator needs at least 3 voters, got {m}")
 
     def _finish_global(self, D: np.ndarray, dim: int) -> "Smoothie":
-        self.distances_, self.neighbors_, self.nn_ = D, None, None
+        self.distances_, self.neighbors_, self.inputs_ = D, None, None
         self.delta_ = triplet_deltas(D)
         self.dim_ = dim
         self.theta_ = theta_from_deltas(self.delta_, dim)
@@ -269,17 +323,18 @@ class Smoothie(BaseEstimator):
         New inputs are scored from their K nearest *fitted* inputs (train-time regime); the global
         variant gives every input the same row.
         """
-        if not hasattr(self, "delta_"):
-            raise RuntimeError("Smoothie is not fitted; call fit first")
+        check_is_fitted(self, "delta_")
         if self.variant == "global":
             q = 1 if input_embeddings is None else len(input_embeddings)
             return np.broadcast_to(self.delta_, (q, self.delta_.shape[0])).copy()
         if input_embeddings is None:
             return self.delta_.copy()
-        if self.nn_ is None:
+        if self.inputs_ is None:
             raise ValueError("routing new inputs needs the model fitted with input_embeddings")
-        neighbors = self.nn_.kneighbors(np.asarray(input_embeddings, dtype=np.float32), return_distance=False)
-        return triplet_deltas(_window_mean(self.train_distances_, neighbors))
+        queries = np.asarray(input_embeddings, dtype=np.float32)
+        with _threads_for(2.0 * queries.shape[0] * self.inputs_.shape[0] * self.inputs_.shape[1]):
+            neighbors = nearest(queries, self.inputs_, self.n_neighbors)
+            return triplet_deltas(_window_mean(self.train_distances_, neighbors))
 
     def thetas(self, input_embeddings: np.ndarray | None = None) -> np.ndarray:
         """``[q, m]`` normalised θ̂ for the fitted inputs (None) or for new inputs ``[q, e]`` (train-time
@@ -296,10 +351,7 @@ class Smoothie(BaseEstimator):
 
 def _other_inputs(inputs: np.ndarray, k: int) -> np.ndarray:
     """``[n, k]`` each fitted input's k nearest fitted inputs other than itself (twins count as others)."""
-    from sklearn.neighbors import NearestNeighbors
-
-    wider = NearestNeighbors(n_neighbors=k + 1, algorithm="brute").fit(inputs)
-    neighbors = wider.kneighbors(inputs, return_distance=False)
+    neighbors = nearest(inputs, inputs, k + 1)
     rows = np.arange(neighbors.shape[0])[:, None]
     is_self = neighbors == rows
     # drop the point itself where found, else the farthest of the k + 1
@@ -440,8 +492,6 @@ class SmoothieSelector(Selector):
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
         """``[n]`` −δ̂ of the candidate's generator on its problem (or of the candidate itself)."""
-        if not hasattr(self, "candidate_scores_"):
-            raise RuntimeError("SmoothieSelector is not fitted; call fit first")
         if all(a.shape == b.shape and np.array_equal(a, b) for a, b in
                zip(self.fitted_keys_, (data.problem_id, data.generator_id, data.sample_index))):
             return self.candidate_scores_.copy()
@@ -450,7 +500,7 @@ class SmoothieSelector(Selector):
         if self.voters == "candidate":
             return -candidate_deltas(self._embed(data), data.groups, data.n_problems)
         if self.estimator_ is None:
-            raise RuntimeError("SmoothieSelector was fitted on empty data")
+            raise NotFittedError("SmoothieSelector was fitted on empty data: fit it on data with candidates")
         index = {g: i for i, g in enumerate(self.generators_)}
         voter = np.array([index.get(str(g), -1) for g in data.generator_id], dtype=np.int64)
         if self.variant == "global":
