@@ -121,3 +121,31 @@ def test_verifier_quality_reports_failures_top1_and_auroc():
     assert quality["bad"]["top1_hits"].tolist() == [0.0, 0.0] and quality["bad"]["auroc"] == 0.0
     assert quality["dead"]["failed"] == 1.0 and quality["dead"]["top1_hits"].tolist() == [0.0, 0.0]
     assert quality["dead"]["auroc"] is None
+
+
+def test_majority_at_k_breaks_ties_like_the_majority_selector():
+    """A tie-heavy case: every k-subset's majority by the selector's rule (ties to the smallest sample
+    index), enumerated exactly, against the Monte Carlo curve; a random tie-break is far off."""
+    from itertools import combinations
+
+    rng = np.random.default_rng(3)
+    problem_ids, answers, labels = [], [], []
+    for p in range(30):
+        pool = ["a", "b"] if p % 3 else ["a", "b", "c"]
+        for i in range(6):
+            problem_ids.append(f"p{p}")
+            answers.append(pool[int(rng.integers(0, len(pool)))] if i else "b")  # sample 0 carries a wrong answer
+            labels.append(answers[-1] == "a")
+    data, labels = _data(problem_ids, answers), np.array(labels)
+    for k in (2, 3, 4):
+        exact = []
+        for g in range(data.n_problems):
+            rows = np.flatnonzero(data.groups == g)
+            hits = []
+            for subset in combinations(rows, k):
+                sub = data.subset(np.array(subset))
+                chosen = MajorityVote().select(sub)
+                hits.append(bool(labels[np.array(subset)][chosen[0]]))
+            exact.append(np.mean(hits))
+        estimate = majority_at_k(data.answers, labels, data.groups, data.tiebreak, data.n_problems, k, trials=3000)
+        assert estimate == pytest.approx(np.mean(exact), abs=0.01), k

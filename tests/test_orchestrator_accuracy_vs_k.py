@@ -104,3 +104,23 @@ def test_a_known_majority_curve_is_taken_not_refitted():
     assert set(curves) == {spec.name for spec in SELECTORS} and curves["weaver"] != curves["majority"]
     only = ExperimentConfig(task=TaskSpec(name="arithmetic", num_problems=4), selectors=SELECTORS[:1])
     assert accuracy_vs_k(only, data, y, ks, known=known) == known  # nothing left to refit
+
+
+def test_k_equal_n_is_the_reported_accuracy_exactly_and_every_point_has_an_interval():
+    from monkeybarrel.orchestrator.report.accuracy_vs_k import accuracy_vs_k_with_intervals
+    from monkeybarrel.orchestrator.stages.evaluate import evaluate
+    from monkeybarrel.orchestrator.stages.select import run_select_stage
+
+    data, y = experiment(problems=40)
+    specs = [*SELECTORS, SelectorSpec(name="pick at random", type="random")]
+    cfg = ExperimentConfig(task=TaskSpec(name="arithmetic", num_problems=4), selectors=specs,
+                           verifiers=[VerifierSpec(name="frequency", type="answer_frequency")],
+                           evaluate=EvaluateSpec(selector_trials=3))
+    _, info = run_select_stage(cfg, data, y)
+    metrics = evaluate(cfg, data, y, info)
+    curves, intervals = accuracy_vs_k_with_intervals(cfg, data, y, metrics["ks"])
+    for spec in specs:  # the same number, not just close: the select stage's fit on all samples
+        assert curves[spec.name]["8"] == metrics["selection"][spec.name]["accuracy"], spec.name
+        for k, (low, high) in intervals[spec.name].items():
+            assert low <= curves[spec.name][k] <= high
+    assert curves["pick at random"]["1"] == curves["pick at random"]["8"]  # the expectation at every k

@@ -64,10 +64,11 @@ def majority_curve(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
     At ``k == n`` (all of a problem's samples) the value is exact and equals what the majority
     selector picks: the most frequent answer, ties to the candidate with the smallest ``tiebreak``.
     At ``k < n`` it is a Monte Carlo estimate over ``trials`` random orderings of each problem's
-    samples: the first k of an ordering form a uniformly random k-subset, its most frequent answer
-    wins, ties go to the answer seen first in the ordering (a random tie-break). Candidates with no
-    answer (code -1) abstain; a subset with no answer counts as wrong. Problems are processed in
-    vectorised blocks of equal sample count.
+    samples: the first k of an ordering form a uniformly random k-subset, and the majority selector's
+    rule is applied to it: its most frequent answer wins, ties go to the answer of the drawn candidate
+    with the smallest ``tiebreak`` (so the curve is the selector's accuracy on random k-subsets).
+    Candidates with no answer (code -1) abstain; a subset with no answer counts as wrong. Problems are
+    processed in vectorised blocks of equal sample count.
 
     Args:
         answers: ``[N]`` int answer codes (-1 = none); equal codes = equivalent answers.
@@ -149,8 +150,8 @@ def _majority_monte_carlo(answers: np.ndarray, labels: np.ndarray, ks: list[int]
     correct_code = np.concatenate([correct_code[:, :width], np.zeros((n_problems, 1), bool)], axis=1)
     k_max = max(ks)
     result: dict[int, np.ndarray] = {k: np.zeros(n_problems) for k in ks}
-    # Sub-blocks keep the [p, T, k_max, width] vote counts within budget (width varies with the answers).
-    step = max(1, 16_000_000 // (trials * k_max * (width + 1)))
+    # Sub-blocks keep the [p, T, k_max, width] vote counts and ranks within budget (width varies with the answers).
+    step = max(1, 8_000_000 // (trials * k_max * (width + 1)))
     for first in range(0, n_problems, step):
         part = slice(first, first + step)
         for k, share in _majority_subsets(local[part], correct_code[part], width, ks, k_max, trials, rng).items():
@@ -162,8 +163,10 @@ def _majority_subsets(local: np.ndarray, correct_code: np.ndarray, width: int, k
                       trials: int, rng: np.random.Generator) -> dict[int, np.ndarray]:
     """Share of ``trials`` random orderings whose first-k majority is correct, for each k (vectorised).
 
-    ``local``: ``[p, n]`` codes 0..width-1 (``width`` = abstain); ``correct_code``: ``[p, width + 1]``.
-    Votes of every prefix come from one cumulative sum over the ordering; ties go to the answer seen first.
+    ``local``: ``[p, n]`` codes 0..width-1 (``width`` = abstain), columns in tie-break order;
+    ``correct_code``: ``[p, width + 1]``. Votes of every prefix come from one cumulative sum over the
+    ordering; a tie goes to the answer whose drawn candidate has the smallest column (tie-break rank),
+    from a cumulative minimum over the same prefix.
     """
     p, n = local.shape
     if width == 0:  # nobody answered: every subset is wrong
@@ -173,12 +176,12 @@ def _majority_subsets(local: np.ndarray, correct_code: np.ndarray, width: int, k
     drawn = np.take_along_axis(np.broadcast_to(local[:, None, :], ordering.shape), ordering[:, :, :k_max], axis=2)
     hits = drawn[..., None] == np.arange(width, dtype=drawn.dtype)  # [p, T, k_max, width]
     counts = np.cumsum(hits, axis=2, dtype=np.int16)
-    seen = counts[:, :, -1, :] > 0
-    first_seen = np.where(seen, hits.argmax(axis=2), n)  # [p, T, width]
+    rank_type = np.int16 if n < np.iinfo(np.int16).max else np.int32
+    first_rank = np.minimum.accumulate(np.where(hits, ordering[:, :, :k_max, None].astype(rank_type), n), axis=2)
     result = {}
     for k in ks:
         votes = counts[:, :, k - 1, :].astype(np.int32)
-        score = np.where(votes > 0, votes * (n + 1) - first_seen, -1)
+        score = np.where(votes > 0, votes * (n + 1) - first_rank[:, :, k - 1, :], -1)
         winner = score.argmax(axis=2)
         won = np.take_along_axis(score, winner[..., None], axis=2)[..., 0] >= 0
         right = np.take_along_axis(correct_code, winner, axis=1)  # [p, T]

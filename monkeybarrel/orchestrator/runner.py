@@ -10,7 +10,7 @@ from typing import Any
 from ..core.config import ExperimentConfig
 from ..core.records import Problem, problems_from_table, problems_to_table
 from ..tasks.base import Task
-from .report.accuracy_vs_k import accuracy_vs_k
+from .report.accuracy_vs_k import accuracy_vs_k_with_intervals
 from .report.allocation import equal_compute_metrics, plot_equal_compute, render_section
 from .stages.allocation_rounds import run_allocated_sampling, uses_rounds
 from .store.config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
@@ -156,8 +156,10 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
     selections, info = run_select_stage(config, data, labels)
     store.write_table("selections", selections)
     metrics = evaluate(config, data, labels, info, labelled)
-    metrics["accuracy_vs_k"] = (accuracy_vs_k(config, data, labels, metrics["ks"], known={"majority": metrics["majority"]})
-                                if metrics["labelled_candidates"] else {})
+    metrics["accuracy_vs_k"], metrics["accuracy_vs_k_ci95"] = (
+        accuracy_vs_k_with_intervals(config, data, labels, metrics["ks"], known={"majority": metrics["majority"]},
+                                     known_ci95={"majority": metrics.get("majority_ci95", {})})
+        if metrics["labelled_candidates"] else ({}, {}))
     metrics["equal_compute"] = (equal_compute_metrics(data, labels, seed=config.seed) if labelled.all()
                                 else {"skipped": "not every candidate is labelled"})
     manifest = store.read_manifest() if manifest is None else manifest

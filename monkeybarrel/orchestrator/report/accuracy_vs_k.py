@@ -3,12 +3,16 @@
 The paper's main figure (Weaver, Fig. 1): selection accuracy as the number of samples per problem
 grows. At ``k < n`` each configured selector is refitted on ``trials`` random k-subsets of every
 problem's candidates (the same subsets for every selector, so the curves are paired) and its
-accuracy averaged; at ``k = n`` the value is the selector's accuracy on all samples. As for
-majority@k, accuracy at k averages over the problems with at least k samples.
+accuracy averaged; at ``k = n`` the selector is fitted on all samples exactly as the select stage
+fits it, so the value equals its reported accuracy. Every curve is its selector's own rule, ties
+included (the majority@k it may reuse breaks ties like the majority selector); ``random`` is its
+expectation (the share of correct samples), as reported. As for majority@k, accuracy at k averages
+over the problems with at least k samples, and each point has a 95 % bootstrap interval over those
+problems (``accuracy_vs_k_ci95`` in metrics.json).
 
 Verifier scores are per candidate and reused, except ``answer_frequency`` columns, which depend on
-the candidate pool and are recomputed on each subset (share of the subset's candidates with an
-equivalent answer; no answer = 0).
+the candidate pool and are recomputed on each subset below n (share of the subset's candidates with
+an equivalent answer; no answer = 0).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from dataclasses import replace
 import numpy as np
 
 from ...core.config import ExperimentConfig
-from ...core.metrics import selection_accuracy
+from ...core.intervals import DEFAULT_RESAMPLES, LEVEL, bootstrap_ci
+from ...core.metrics import selection_hits
 from ...core.selection_data import SelectionData
 from ..stages.select import build_selector, fit_selector
 
@@ -48,50 +53,88 @@ def pool_answer_frequency(data: SelectionData) -> np.ndarray:
 def accuracy_vs_k(config: ExperimentConfig, data: SelectionData, labels: np.ndarray, ks: list[int],
                   trials: int | None = None, seed: int | None = None,
                   known: dict[str, dict[str, float | None]] | None = None) -> dict[str, dict[str, float]]:
-    """``{selector name: {str(k): accuracy}}`` for the configured selectors (``evaluate.selector_curves``).
+    """``{selector name: {str(k): accuracy}}`` (see ``accuracy_vs_k_with_intervals``)."""
+    return accuracy_vs_k_with_intervals(config, data, labels, ks, trials, seed, known)[0]
+
+
+def accuracy_vs_k_with_intervals(config: ExperimentConfig, data: SelectionData, labels: np.ndarray, ks: list[int],
+                                 trials: int | None = None, seed: int | None = None,
+                                 known: dict[str, dict[str, float | None]] | None = None,
+                                 known_ci95: dict[str, dict[str, list | None]] | None = None
+                                 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, list | None]]]:
+    """Curves ``{selector name: {str(k): accuracy}}`` of the configured selectors (``evaluate.selector_curves``)
+    and their 95 % bootstrap intervals over problems ``{name: {str(k): [low, high]}}``.
 
     Args:
         config: the experiment's config (selectors, evaluate options, seed).
         data, labels: all candidates and their correctness (labels go only to label-based selectors).
         ks: the values of k.
         trials: subsets per k below n (default ``evaluate.selector_trials``; 0 = no curves).
-        seed: seed of the subset draws (default the experiment's).
+        seed: seed of the subset draws and the bootstrap (default the experiment's).
         known: curves already computed for a selector type, ``{type: {str(k): accuracy}}``: selectors of
             that type without options take it instead of being refitted (the evaluate stage passes its
-            majority@k, the same quantity with more subsets per k).
+            majority@k, the same quantity with more subsets per k); ``known_ci95`` their intervals.
     """
     trials = config.evaluate.selector_trials if trials is None else trials
+    seed = config.seed if seed is None else seed
     wanted = config.evaluate.selector_curves
     specs = [(i, s) for i, s in enumerate(config.selectors) if wanted is None or s.name in wanted]
     if trials == 0 or not specs or data.n_candidates == 0:
-        return {}
-    known = known or {}
+        return {}, {}
+    known, known_ci95 = known or {}, known_ci95 or {}
     reused = {s.name: {str(k): known[s.type][str(k)] for k in ks if known[s.type].get(str(k)) is not None}
               for _, s in specs if s.type in known and not s.options}
+    reused_ci95 = {s.name: {k: (known_ci95.get(s.type) or {}).get(k) for k in reused[s.name]}
+                   for _, s in specs if s.name in reused}
     specs = [(i, s) for i, s in specs if s.name not in reused]
     if not specs:
-        return reused
-    rng = np.random.default_rng(config.seed if seed is None else seed)
+        return reused, reused_ci95
+    rng = np.random.default_rng(seed)
     frequency_columns = [j for j, name in enumerate(data.verifiers)
                          if any(v.name == name and v.type == "answer_frequency" for v in config.verifiers)]
     sizes = np.bincount(data.groups, minlength=data.n_problems)
-    hits: dict[str, dict[int, list[float]]] = {spec.name: {k: [] for k in ks} for _, spec in specs}
+    share = np.bincount(data.groups, weights=labels.astype(np.float64), minlength=data.n_problems) / np.maximum(sizes, 1)
+    hits = {spec.name: {} for _, spec in specs}  # name -> k -> [P] mean hit over the draws (NaN: < k samples)
     for k in ks:
         if not (sizes >= k).any():
             continue
-        exact = bool(np.all(sizes[sizes >= k] == k))
-        for _ in range(1 if exact else trials):
-            rows = random_k_subset(data.groups, data.n_problems, k, rng)
+        every = bool(np.all(sizes == k))  # k = n: all samples, fitted as the select stage fits them
+        totals = {spec.name: np.zeros(data.n_problems) for _, spec in specs}
+        draws = 1 if every or np.all(sizes[sizes >= k] == k) else trials
+        for _ in range(draws):
+            rows = np.arange(data.n_candidates) if every else random_k_subset(data.groups, data.n_problems, k, rng)
             sub, sub_labels = data.subset(rows), labels[rows]
-            if frequency_columns:
+            if frequency_columns and not every:
                 scores = sub.scores.copy()
                 scores[:, frequency_columns] = pool_answer_frequency(sub)[:, None]
                 sub = replace(sub, scores=scores)
+            origin = np.empty(sub.n_problems, dtype=np.int64)  # the problem of each of the subset's groups
+            origin[sub.groups] = data.groups[rows]
             for index, spec in specs:
+                if spec.type == "random":  # the expectation of a uniform pick, as the random row reports it
+                    totals[spec.name][origin] += share[origin]
+                    continue
                 selector = build_selector(config, spec, f"selectors[{index}]")
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # tiny subsets: fallbacks warn on every draw
                     chosen = fit_selector(selector, sub, sub_labels).select(sub)
-                hits[spec.name][k].append(selection_accuracy(chosen, sub_labels))
-    return {**reused, **{name: {str(k): float(np.mean(v)) for k, v in by_k.items() if v} for name, by_k in hits.items()}}
+                totals[spec.name][origin] += selection_hits(chosen, sub_labels)
+        for name in totals:
+            hits[name][k] = np.where(sizes >= k, totals[name] / draws, np.nan)
+    curves, intervals = dict(reused), dict(reused_ci95)
+    for name, by_k in hits.items():
+        ordered = list(by_k)
+        if not ordered:
+            curves[name], intervals[name] = {}, {}
+            continue
+        matrix = np.stack([by_k[k] for k in ordered], axis=1)
+        bounds = bootstrap_ci(matrix, DEFAULT_RESAMPLES, seed, LEVEL)
+        curves[name] = {str(k): _round(np.nanmean(by_k[k])) for k in ordered}
+        intervals[name] = {str(k): None if np.isnan(low) else [_round(low), _round(high)]
+                           for k, (low, high) in zip(ordered, bounds)}
+    return curves, intervals
 
+
+def _round(value: float) -> float:
+    """Rounded as metrics.json rounds every accuracy (12 digits), so k = n equals the reported value."""
+    return round(float(value), 12)
