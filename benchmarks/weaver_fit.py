@@ -114,6 +114,7 @@ def measure(path: Path, method: str, args: argparse.Namespace) -> dict:
 
 def unpack(revision: str, directory: Path) -> Path:
     """The ``monkeybarrel`` package at ``revision`` (git archive) under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "monkeybarrel"], capture_output=True,
                              check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)

@@ -80,6 +80,15 @@ def test_dependence_is_handled_smoothly_over_the_copy_fidelity():
 MOSTLY_WRONG = dict(tpr=[0.8, 0.75, 0.3, 0.3, 0.25, 0.35, 0.3], fpr=[0.2, 0.25, 0.7, 0.6, 0.65, 0.7, 0.6])
 
 
+def with_answers(data: SelectionData, y: np.ndarray, wrong_answers: int = 4, seed: int = 0) -> SelectionData:
+    """The same candidates with final answers: the correct ones agree, wrong ones spread over ``wrong_answers``."""
+    rng = np.random.default_rng(seed)
+    answers = np.where(y, "right", np.char.add("wrong", rng.integers(0, wrong_answers, y.size).astype(str)))
+    keys = pa.table({"problem_id": data.problem_id.astype(str), "generator_id": data.generator_id.astype(str),
+                     "sample_index": data.sample_index})
+    return SelectionData.build(keys, data.scores, data.verifiers, list(answers))
+
+
 def test_mostly_wrong_evidence_without_labels_is_flagged_as_ambiguous():
     data, y = vote_data(MOSTLY_WRONG["tpr"], MOSTLY_WRONG["fpr"], 0.3)
     with pytest.warns(UserWarning, match="orientation is ambiguous"):
@@ -91,6 +100,48 @@ def test_mostly_wrong_evidence_without_labels_is_flagged_as_ambiguous():
         warnings.simplefilter("error")  # no warning at all
         clean = WeaverSelector(majority_verifier=False).fit(vote_data(INFORMATIVE_TPR, INFORMATIVE_FPR, 0.3)[0])
     assert clean.model_.orientation_ == "verifiers" and not clean.notes()
+
+
+THREE_GOOD_TWO_ANTI = dict(tpr=[0.75, 0.7, 0.72, 0.35, 0.4], fpr=[0.3, 0.35, 0.3, 0.6, 0.55])
+
+
+@pytest.mark.parametrize("answers", [False, True])
+def test_no_ambiguity_warning_when_the_label_free_fit_is_right(answers):
+    """3 good and 2 anti-correlated verifiers: 30 % of the evidence points the other way, the fit is right.
+    Before: "orientation ambiguous" (the threshold was 25 % of the evidence); now the answers, where given,
+    decide the orientation outright, and without them a third of the evidence must disagree."""
+    data, y = vote_data(THREE_GOOD_TWO_ANTI["tpr"], THREE_GOOD_TWO_ANTI["fpr"], 0.3)
+    data = with_answers(data, y) if answers else data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning at all
+        selector = WeaverSelector().fit(data)
+    assert selection_accuracy(selector.select(data), y) > 0.85
+    assert selector.model_.orientation_ == ("answers" if answers else "verifiers")
+    assert not any("ambiguous" in note for note in selector.notes())
+
+
+def test_the_answers_orient_mostly_wrong_evidence_without_labels():
+    """The other way round: 5 of 7 verifiers worse than chance. Without answers both orientations fit
+    the votes equally (warned above); with answers only the right one fits "at most one answer per
+    problem is right", so the label-free fit picks it."""
+    data, y = vote_data(MOSTLY_WRONG["tpr"], MOSTLY_WRONG["fpr"], 0.3)
+    answered = with_answers(data, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        selector = WeaverSelector().fit(answered)
+    assert selector.model_.orientation_ == "answers" and selector.model_.answer_orientation_ > 100
+    assert selection_accuracy(selector.select(answered), y) > 0.95
+    assert selector.model_.tpr_[0] > selector.model_.fpr_[0] and selector.model_.tpr_[2] < selector.model_.fpr_[2]
+
+
+def test_answers_that_fit_both_orientations_leave_the_warning():
+    """Two answers per problem, one right: the mirror also has exactly one right answer per problem, so
+    the answers cannot decide and mostly wrong evidence is still flagged."""
+    data, y = vote_data(MOSTLY_WRONG["tpr"], MOSTLY_WRONG["fpr"], 0.5)
+    two = with_answers(data, y, wrong_answers=1)
+    with pytest.warns(UserWarning, match="orientation is ambiguous"):
+        selector = WeaverSelector().fit(two)
+    assert selector.model_.orientation_ == "ambiguous" and selector.model_.answer_orientation_ < np.log(20)
 
 
 @pytest.mark.parametrize("dev_fraction", [0.05, 0.1])

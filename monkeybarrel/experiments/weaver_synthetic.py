@@ -75,7 +75,7 @@ def draw_problems(rng: np.random.Generator, sizes: np.ndarray, hard_share: float
         hard_share: share of hard problems (sample accuracy ~ Beta(1, 5)); easy ones ~ Beta(5, 1.5).
         attractor: on hard problems, the share of wrong samples giving the one favourite wrong answer
             (on easy problems wrong answers spread evenly over ``N_WRONG_ANSWERS``).
-        no_answer: share of samples without an extracted answer.
+        no_answer: share of samples without an extracted answer (graded wrong).
     """
     n_problems = sizes.size
     groups = np.repeat(np.arange(n_problems), sizes)
@@ -87,7 +87,9 @@ def draw_problems(rng: np.random.Generator, sizes: np.ndarray, hard_share: float
     wrong = np.where(rows_hard & (rng.random(groups.size) < attractor), 1, spread)
     codes = np.where(y, 0, wrong)
     answers = np.array([f"a{c}" if c == 0 else f"w{c}" for c in codes], dtype=object)
-    answers[rng.random(groups.size) < no_answer] = None
+    missing = rng.random(groups.size) < no_answer
+    answers[missing] = None
+    y = y & ~missing  # no extracted answer: graded wrong
     keys = _keys(groups, sizes)
     modal = majority_column(SelectionData.build(keys, answers=answers)) == 1
     return Problems(groups, hard, y, answers, modal, rows_hard)

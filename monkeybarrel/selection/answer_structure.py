@@ -7,8 +7,9 @@ much a problem's samples agree (its largest answer share) is a label-free handle
 (its stratum): easy problems agree, hard ones scatter or gather on a favourite wrong answer.
 
 Cells: 0 = the candidate has no answer (its own item), 1 = the problem's only candidate, then for an
-answer of a problem with several candidates ``2 + 2 * share_bin + is_most_frequent`` with share bins
-``SHARE_EDGES``.
+answer of a problem with several candidates ``2 + RANKS * share_bin + rank`` with share bins ``SHARE_EDGES``
+and rank 0 (not the most frequent), 1 (most frequent by fewer than ``CLEAR_LEAD`` candidates, or tied)
+or 2 (most frequent by at least ``CLEAR_LEAD``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ import numpy as np
 
 SHARE_EDGES = (0.2, 0.4, 0.6, 0.8)
 """Bin edges of an answer's share of its problem's candidates."""
-N_CELLS = 2 + 2 * (len(SHARE_EDGES) + 1)
+RANKS = 3
+"""An answer's rank in its problem: 0 other, 1 most frequent by fewer than ``CLEAR_LEAD`` candidates (or
+tied), 2 most frequent by at least ``CLEAR_LEAD``."""
+CLEAR_LEAD = 2
+N_CELLS = 2 + RANKS * (len(SHARE_EDGES) + 1)
 CELL_NO_ANSWER, CELL_ALONE = 0, 1
 
 
@@ -29,10 +34,17 @@ def cell_name(cell: int) -> str:
         return "no answer"
     if cell == CELL_ALONE:
         return "the problem's only sample"
-    share_bin, modal = divmod(cell - 2, 2)
+    share_bin, rank = divmod(cell - 2, RANKS)
     edges = (0.0, *SHARE_EDGES, 1.0)
     span = f"{100 * edges[share_bin]:.0f}-{100 * edges[share_bin + 1]:.0f} % of the samples"
-    return f"{'most frequent' if modal else 'other'} answer, {span}"
+    kind = ("other answer", "most frequent answer (narrowly)", f"most frequent answer (by {CLEAR_LEAD}+)")[rank]
+    return f"{kind}, {span}"
+
+
+def is_most_frequent(cells: np.ndarray) -> np.ndarray:
+    """``[k]`` bool: cells of a problem's most frequent answer (the only sample's included)."""
+    cells = np.asarray(cells)
+    return (cells == CELL_ALONE) | ((cells >= 2) & ((cells - 2) % RANKS > 0))
 
 
 @dataclass
@@ -96,8 +108,14 @@ def answer_structure(groups: np.ndarray, answers: np.ndarray) -> AnswerStructure
     top = np.zeros(n_problems)
     np.maximum.at(top, problems[has], count[has])
     modal = has & (count == top[problems])
+    second = np.zeros(n_problems)  # the runner-up's count (the top's own count again when tied)
+    runner = has & ~modal
+    np.maximum.at(second, problems[runner], count[runner])
+    modal_items = np.bincount(problems[modal], weights=1.0 / np.maximum(count[modal], 1), minlength=n_problems)
+    second = np.where(modal_items > 1.5, top, second)  # two or more most frequent answers: a tie
+    rank = np.where(modal, np.where(top[problems] - second[problems] >= CLEAR_LEAD, 2, 1), 0)
     share_bin = np.searchsorted(np.asarray(SHARE_EDGES), share, side="right")
-    cells = np.where(~has, CELL_NO_ANSWER, np.where(sizes[problems] == 1, CELL_ALONE, 2 + 2 * share_bin + modal))
+    cells = np.where(~has, CELL_NO_ANSWER, np.where(sizes[problems] == 1, CELL_ALONE, 2 + RANKS * share_bin + rank))
     agreement = top / np.maximum(sizes, 1)
     return AnswerStructure(items=items, cells=cells.astype(np.int64), agreement=agreement, problems=problems,
                            sizes=sizes)

@@ -192,13 +192,15 @@ class Model:
 
     Attributes:
         weights: ``[m]`` composite-likelihood weight of each verifier (1 / its effective copies).
-        per_stratum: ``[m]`` bool, verifiers with their own rates in each stratum.
+        per_stratum: ``[m]`` bool, verifiers allowed their own rates in each stratum (``shrink`` > 0).
         crossfit: ``[S, n_cells]`` bool, (stratum, cell) pairs whose cell evidence is estimated from
             the verifiers alone (the cell's joint estimate was contradicted by the votes there).
         prior: fixed P(correct) or None.
         smoothing: Beta/Dirichlet pseudo-count of every rate.
         clamp: ``[I]`` known item labels (1, 0; NaN unknown), e.g. from dev labels.
         cell_weight: weight of the cell evidence in the posterior (0 = the votes alone decide).
+        shrink: ``[2, m]`` fixed share of each verifier's per-stratum deviation kept, per class
+            (``shrink_factors``; None = one set of rates). Fixed while EM runs, so EM is a fixed map.
     """
 
     weights: np.ndarray
@@ -208,6 +210,7 @@ class Model:
     smoothing: float = 0.5
     clamp: np.ndarray | None = None
     cell_weight: float = 1.0
+    shrink: np.ndarray | None = None
 
 
 class LatentClassEM:
@@ -292,7 +295,7 @@ class LatentClassEM:
         zeros = d.totals.reshape(d.n_strata, B, m) - ones
         theta = np.empty((d.n_strata, 2, B, m))
         for c, counts in enumerate((zeros, ones)):
-            theta[:, c] = shrunk_rates(counts, sm, model.per_stratum)
+            theta[:, c] = shrunk_rates(counts, sm, model.shrink[c] if model.shrink is not None else np.zeros(m))
         weighted = d.weight * q
         prior = float(weighted.sum() / max(d.weight.sum(), 1e-12)) if model.prior is None else model.prior
         cells = np.full((2, max(d.n_cells, 0)), 1.0 / max(d.n_cells, 1))
@@ -338,19 +341,28 @@ class LatentClassEM:
         return params, steps, False
 
 
-def shrunk_rates(counts: np.ndarray, smoothing: float, free: np.ndarray) -> np.ndarray:
-    """``[S, B, m]`` per-stratum bin rates of one class from soft ``counts [S, B, m]``, each shrunk towards the
-    rates of all strata by the positive-part James–Stein factor ``max(0, 1 - df / X2)`` of its Pearson
-    statistic ``X2`` (df = (S - 1)(B - 1)); verifiers not ``free`` keep the rates of all strata."""
-    S, B, m = counts.shape
+def shrink_factors(counts: np.ndarray, smoothing: float) -> np.ndarray:
+    """``[m]`` positive-part James–Stein factor ``max(0, 1 - df / X2)`` of each verifier's per-stratum rates of
+    one class, from soft ``counts [S, B, m]``: ``X2`` is the Pearson statistic of the strata against their
+    pooled rates, df = (S - 1)(B - 1). 0 = one set of rates, 1 = each stratum its own."""
+    S, B, _ = counts.shape
     pooled = counts.sum(axis=0)
     pooled = (pooled + smoothing) / (pooled.sum(axis=0) + B * smoothing)
-    if S == 1 or not free.any():
-        return np.broadcast_to(pooled, counts.shape).copy()
     size = counts.sum(axis=1, keepdims=True)
     own = (counts + smoothing) / (size + B * smoothing)
     statistic = (size * (own - pooled) ** 2 / np.maximum(pooled, 1e-12)).sum(axis=(0, 1))
-    factor = np.where(free, np.clip(1.0 - (S - 1) * (B - 1) / np.maximum(statistic, 1e-12), 0.0, 1.0), 0.0)
+    return np.clip(1.0 - (S - 1) * (B - 1) / np.maximum(statistic, 1e-12), 0.0, 1.0)
+
+
+def shrunk_rates(counts: np.ndarray, smoothing: float, factor: np.ndarray) -> np.ndarray:
+    """``[S, B, m]`` per-stratum bin rates of one class from soft ``counts [S, B, m]``: the pooled rates plus
+    ``factor [m]`` times each stratum's deviation from them (``shrink_factors``)."""
+    S, B, m = counts.shape
+    pooled = counts.sum(axis=0)
+    pooled = (pooled + smoothing) / (pooled.sum(axis=0) + B * smoothing)
+    if S == 1 or not np.any(factor):
+        return np.broadcast_to(pooled, counts.shape).copy()
+    own = (counts + smoothing) / (counts.sum(axis=1, keepdims=True) + B * smoothing)
     return pooled + factor * (own - pooled)
 
 

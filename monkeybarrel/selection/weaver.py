@@ -33,7 +33,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..core.groups import group_argmax
 from ..core.selection_data import SelectionData
 from . import label_model as lm
-from .answer_structure import N_CELLS, AnswerStructure, agreement_edges, answer_structure, cell_name
+from .answer_structure import (N_CELLS, RANKS, AnswerStructure, agreement_edges, answer_structure, cell_name,
+                               is_most_frequent)
 from .base import SELECTORS, Selector
 from .score_bins import NORMALIZATIONS, ScoreNormalizer, as_matrix, bin_codes, bin_indicators  # noqa: F401 (re-exported)
 
@@ -60,9 +61,11 @@ HETEROGENEITY_P = 1e-6
 soft counts); every verifier's per-stratum rates are shrunk towards its rates over all strata regardless."""
 UNANIMITY = 0.75
 SANITY_MARGIN = 0.1
-"""The verifiers alone are trusted to check the majority evidence unless, on problems where at least
-``UNANIMITY`` of the samples agree, they pick the agreed answer more than ``SANITY_MARGIN`` less often than
-the model fitted with it (then they are too weak to stand alone, and the joint model is kept)."""
+MAX_RIGHT_ANSWERS = 1.25
+"""The verifiers alone are trusted to check the majority evidence unless they are too weak to stand alone
+(then the joint model is kept): on problems where at least ``UNANIMITY`` of the samples agree, they pick
+the agreed answer more than ``SANITY_MARGIN`` less often than the model fitted with it, or they expect
+more than ``MAX_RIGHT_ANSWERS`` right answers per problem (at most one can be)."""
 THRESHOLD_GRID = np.round(np.arange(0.05, 0.951, 0.05), 2)
 """Thresholds tried by ``threshold="search"`` (the paper's 0.05-step grid)."""
 
@@ -425,7 +428,7 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         if sample is not None:  # EM on a sample of problems first, then on every row from there
             full = self._em(kept, structure, labelled, prior, k)
             full.model = lm.Model(em.model.weights, em.model.per_stratum, em.model.crossfit, prior, self.smoothing,
-                                  full.model.clamp, em.model.cell_weight)
+                                  full.model.clamp, em.model.cell_weight, em.model.shrink)
             fit, em = self._polish(full, fit), full
             self.n_patterns_ = int(em.data.F.shape[0])
         if em.data.n_strata > 1:
@@ -464,7 +467,10 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             self._record_dependence(columns, model.weights, phi)
             fit = self._refit(em, fit, fit["n_iter"])
         if data.n_strata > 1:  # rates per agreement stratum, each shrunk towards the rates of all strata
-            model.per_stratum = np.ones(columns.size, dtype=bool)
+            ones = em.soft_counts(fit["posterior"]).reshape(data.n_strata, B, data.m)
+            zeros = data.totals.reshape(data.n_strata, B, data.m) - ones
+            model.shrink = np.stack([lm.shrink_factors(c, self.smoothing) for c in (zeros, ones)])
+            model.per_stratum = model.shrink.max(axis=0) > 0
             fit = self._refit(em, fit, fit["n_iter"])
         fit = self._orient(em, fit, structure, labelled, prior)
         if data.n_cells:
@@ -501,18 +507,26 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         joint_tables = em.cell_tables(joint["params"], em.log_terms(joint["params"])[0])
         model.cell_weight = 0.0
         alone = self._refit(em, joint, joint["n_iter"])
+        problem_of_item = self._answer_problems(em.data, structure)
+        evidence = alone["joint"][:, 1] - alone["joint"][:, 0] - np.log(alone["params"].prior / (1 - alone["params"].prior))
+        if answer_orientation(evidence, problem_of_item) <= -ANSWER_ORIENTATION_MARGIN:  # the answers say: the mirror
+            alone = dict(alone, params=mirrored(alone["params"], model.prior), posterior=1.0 - alone["posterior"])
         model.cell_weight, model.crossfit = 1.0, np.ones_like(model.crossfit)
         q, objective, log_joint = em.e_step(alone["params"])
         checked = dict(alone, posterior=q, objective=objective, joint=log_joint)
         problem = structure.problems[em.data.row_of[em.data.item_start]]
         cells = em.data.item_cell
-        modal = (cells >= 2) & ((cells - 2) % 2 == 1)
+        modal = is_most_frequent(cells)
         agreed = np.isin(problem, np.flatnonzero((structure.agreement >= UNANIMITY) & (structure.sizes > 1)))
         picks = {}
         for name, fit in (("checked", checked), ("joint", joint)):
             picks[name] = _item_picks(fit["joint"][:, 1] - fit["joint"][:, 0], problem)
         self.majority_check_ = {name: float(modal[rows][np.isin(problem[rows], problem[agreed])].mean())
                                 if agreed.any() else float("nan") for name, rows in picks.items()}
+        answered = problem_of_item >= 0
+        right = np.bincount(problem_of_item[answered], _sigmoid(log_joint[answered, 1] - log_joint[answered, 0]))
+        several = np.bincount(problem_of_item[answered]) >= 2
+        self.majority_check_["right_answers_per_problem"] = float(right[several].mean()) if several.any() else 0.0
         if model.clamp is not None and (~np.isnan(model.clamp)).any():
             known = ~np.isnan(model.clamp)
             dev = {name: _dev_accuracy(rows, model.clamp, problem, known) for name, rows in picks.items()}
@@ -520,7 +534,8 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             use_checked = dev["checked"] >= dev["joint"]
         else:
             check = self.majority_check_
-            use_checked = not agreed.any() or check["checked"] >= check["joint"] - SANITY_MARGIN
+            plausible = check["right_answers_per_problem"] <= MAX_RIGHT_ANSWERS
+            use_checked = plausible and (not agreed.any() or check["checked"] >= check["joint"] - SANITY_MARGIN)
         self.majority_ = "checked" if use_checked else "joint"
         if use_checked:
             self.joint_cell_llr_ = joint_tables
@@ -572,7 +587,8 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         clamp = None if em.model.clamp is None else _row_labels(em, rows)
         kept = _row_codes(data, rows)
         small = self._em(kept, part, clamp, em.model.prior, data.m)
-        small.model.weights, small.model.per_stratum = em.model.weights, em.model.per_stratum
+        small.model.weights, small.model.per_stratum, small.model.shrink = (em.model.weights, em.model.per_stratum,
+                                                                            em.model.shrink)
         return lm.best_start(small, lm.soft_vote(small.data, small.model.weights), START_TOP_SHARES, START_STEPS)
 
     def _refit(self, em: lm.LatentClassEM, fit: dict[str, Any], n_iter: int) -> dict[str, Any]:
@@ -1109,7 +1125,7 @@ def _describe_strata(model: WeaverModel, names: Sequence[str]) -> list[str]:
 
 def _modal_llr(model: WeaverModel, labels: list[str]) -> str:
     """The share evidence of a most frequent answer with 40-60 % of the samples, per stratum, in words."""
-    cell = 2 + 2 * 2 + 1
+    cell = 2 + RANKS * 2 + RANKS - 1
     return ", ".join(f"{label} {llr:+.1f}" for label, llr in zip(labels, model.cell_llr_[:, cell]))
 
 
