@@ -61,7 +61,7 @@ HETEROGENEITY_P = 1e-6
 soft counts); every verifier's per-stratum rates are shrunk towards its rates over all strata regardless."""
 UNANIMITY = 0.75
 SANITY_MARGIN = 0.1
-MAX_RIGHT_ANSWERS = 1.25
+MAX_RIGHT_ANSWERS = 2.0
 """The verifiers alone are trusted to check the majority evidence unless they are too weak to stand alone
 (then the joint model is kept): on problems where at least ``UNANIMITY`` of the samples agree, they pick
 the agreed answer more than ``SANITY_MARGIN`` less often than the model fitted with it, or they expect
@@ -1024,8 +1024,9 @@ class WeaverSelector(Selector):
         return describe_fit(self.model_, self.feature_names_)
 
     def describe(self) -> str:
-        """The notes as one paragraph (what was dropped, down-weighted, stratified, cross-fitted)."""
-        return " ".join(note[0].upper() + note[1:] + ("" if note.endswith(".") else ".") for note in self.notes())
+        """What the fit did, one note per line (dropped, down-weighted, pooled by answer, stratified, how the
+        majority evidence was used, orientation)."""
+        return "\n".join(f"- {note}" for note in self.notes())
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
         """``[n]`` posterior log-odds of correctness (of the candidate's answer with ``aggregate="answer"``)."""
@@ -1060,7 +1061,16 @@ def describe_fit(model: WeaverModel, names: Sequence[str]) -> list[str]:
     answers and agreement strata, verifiers with per-stratum weights, majority evidence re-estimated
     from the verifiers, the vote-count fallback, the orientation, non-convergence."""
     notes = [f"dropped {names[j]}: {reason}" for j, reason in sorted(model.dropped_.items())]
-    for j, (k, phi) in sorted(model.dependence_.items()):
+    copies = sorted(model.dependence_.items())
+    if len(copies) > 4:  # many copies: one note
+        weights = model.dependence_weights_[[j for j, _ in copies]]
+        listed = ", ".join(names[j] for j, _ in copies[:4])
+        notes.append(f"down-weighted {len(copies)} verifiers that vote like each other ({listed}, ...; phi "
+                     f"{min(phi for _, (_, phi) in copies):.2f}-{max(phi for _, (_, phi) in copies):.2f} within each class) "
+                     f"to weights {weights.min():.2f}-{weights.max():.2f}: together they count about "
+                     f"{weights.sum():.1f} votes")
+        copies = []
+    for j, (k, phi) in copies:
         notes.append(f"down-weighted {names[j]} to {model.dependence_weights_[j]:.2f}: votes like {names[k]} "
                      f"(phi {phi:.2f} within each class)")
     notes += [f"{names[j]} is near random (|TPR - FPR| < {NEAR_RANDOM_GAP:g}): weight ~0"
@@ -1113,12 +1123,16 @@ def _describe_strata(model: WeaverModel, names: Sequence[str]) -> list[str]:
                      f"each agreement stratum uses the answer shares only as far as they support them ({how}); "
                      f"most frequent answer's log-odds per stratum: {_modal_llr(model, labels)}")
     elif model.majority_ == "joint":
-        how = (f"on dev labels the joint model selects {100 * model.majority_dev_accuracy_['joint']:.0f} % right "
-               f"against {100 * model.majority_dev_accuracy_['checked']:.0f} % for the verifiers alone"
-               if model.majority_dev_accuracy_ else
-               f"where >= {agreed} of the samples agree, the verifiers alone pick that answer only "
-               f"{100 * check.get('checked', np.nan):.0f} % of the time (with it: {100 * check.get('joint', np.nan):.0f} %): "
-               "they are too weak to stand alone")
+        if model.majority_dev_accuracy_:
+            how = (f"on dev labels the joint model selects {100 * model.majority_dev_accuracy_['joint']:.0f} % right "
+                   f"against {100 * model.majority_dev_accuracy_['checked']:.0f} % for the verifiers alone")
+        elif check.get("right_answers_per_problem", 0.0) > MAX_RIGHT_ANSWERS:
+            how = (f"the verifiers alone expect {check['right_answers_per_problem']:.1f} right answers per problem, "
+                   "where at most one can be: they are too weak to stand alone")
+        else:
+            how = (f"where >= {agreed} of the samples agree, the verifiers alone pick that answer only "
+                   f"{100 * check.get('checked', np.nan):.0f} % of the time (with it: {100 * check.get('joint', np.nan):.0f} %): "
+                   "they are too weak to stand alone")
         notes.append(f"majority evidence fitted with the verifiers ({how})")
     return notes
 
