@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from monkeybarrel.core.records import Candidate, Problem
-from monkeybarrel.experiments.distill import distill, main
+from monkeybarrel.core.selection_data import SelectionData
+from monkeybarrel.experiments.distill import distill, evaluation, main, render
 from monkeybarrel.experiments.weaver_data import load_weaver_dataset
 from monkeybarrel.verifiers.base import VERIFIERS
 from monkeybarrel.verifiers.distilled import TrainingSettings
@@ -59,6 +60,9 @@ def test_distilling_weaver_into_minilm_learns_its_ranking(run_dir: Path, tmp_pat
     assert report["rank_correlation_with_weaver"] > 0.5
     assert report["accuracy"]["distilled"] >= report["accuracy"]["first sample"]
     assert set(report["accuracy"]) == {"distilled", "weaver", "majority", "first sample", "coverage"}
+    low, high = report["difference_ci95"]["distilled - majority"]
+    assert low <= report["accuracy"]["distilled"] - report["accuracy"]["majority"] <= high
+    assert report["cost"]["device"].startswith("cpu")
     assert (tmp_path / "model" / "distillation.md").read_text().startswith("# Weaver distilled into all-MiniLM-L6-v2")
     # the trained model is an ordinary verifier: it scores new candidates alone
     verifier = VERIFIERS.get("distilled")(name="distilled", model=str(tmp_path / "model"), max_length=64)
@@ -76,3 +80,29 @@ def test_bad_inputs_are_clear_errors(run_dir: Path, tmp_path: Path, capsys):
     assert "no held-out problem" in capsys.readouterr().err
     with pytest.raises(ValueError, match="distilled.json"):
         VERIFIERS.get("distilled")(name="d", model=str(tmp_path))
+
+
+def test_the_held_out_evaluation_and_its_verdict():
+    """Scores given (no training): picks, agreement, paired intervals, and "below majority" said in words."""
+    rng = np.random.default_rng(0)
+    problems, k = 300, 4
+    n = problems * k
+    y = rng.random(n) < 0.4
+    answers = np.where(y, "right", np.char.add("w", rng.integers(0, 2, n).astype(str)))
+    keys = pa.table({"problem_id": np.repeat([f"p{i}" for i in range(problems)], k), "generator_id": ["g"] * n,
+                     "sample_index": np.tile(np.arange(k), problems)})
+    held = SelectionData.build(keys, answers=list(answers))
+    weaver = y + rng.normal(0, 0.3, n)
+    report = evaluation(held, y, distilled=-weaver, weaver=weaver)  # a distilled model that learned it backwards
+    assert report["heldout_problems"] == 300
+    assert report["accuracy"]["weaver"] > report["accuracy"]["majority"] > report["accuracy"]["distilled"]
+    high = report["difference_ci95"]["distilled - majority"][1]
+    assert high < 0  # significantly below majority over 300 problems
+    assert report["agreement_with_weaver"]["same_candidate"] == 0 < report["agreement_with_weaver"]["same_answer"]
+    assert report["rank_correlation_with_weaver"] == pytest.approx(-1.0)
+    report.update(cost={"distilled_s_per_candidate": 0.01, "ensemble_s_per_candidate": 0.5, "ratio": 0.02,
+                        "ensemble_verifiers": ["judge"], "device": "cpu (2 cores)"},
+                  model={"backbone": "b", "parameters": 22e6, "pairs": 10, "train_problems": 5, "train_seconds": 3.0,
+                         "settings": {"device": "cpu"}})
+    text = render(report)
+    assert "**Below majority vote**" in text and "points (95 % CI" in text and "2.00 % of it" in text

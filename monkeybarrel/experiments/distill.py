@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -30,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from ..core.groups import group_argmax
-from ..core.metrics import selection_accuracy
+from ..core.intervals import paired_difference_ci
+from ..core.metrics import selection_hits
 from ..core.records import candidates_from_table
 from ..orchestrator.experiment import Experiment
 from ..orchestrator.stages.select import build_selector
@@ -72,8 +74,8 @@ def distill(run_dir: str | Path, out_dir: str | Path, backbone: str = "all-MiniL
                                     posterior[rows], backbone, out_dir, settings,
                                     metadata={"source_run": str(Path(run_dir).resolve()), "weaver": repr(weaver),
                                               "train_problems": int(np.unique(data.groups[rows]).size)})
-    held = data.subset(np.flatnonzero(~train))
     held_rows = np.flatnonzero(~train)
+    held = data.subset(held_rows)
     verifier = DistilledVerifier("distilled", str(model_dir),
                                  max_length=(settings or TrainingSettings()).max_length,
                                  device=(settings or TrainingSettings()).device)
@@ -84,12 +86,14 @@ def distill(run_dir: str | Path, out_dir: str | Path, backbone: str = "all-MiniL
         problem = by_id[str(held.problems[group])]
         scores[local] = verifier.score_safely(problem, [candidates[held_rows[i]] for i in local])[0]
     seconds = time.perf_counter() - began
-    report = evaluation(held, labels[held_rows], scores, weaver.decision_function(data)[held_rows])
+    report = evaluation(held, labels[held_rows], scores, weaver.decision_function(data)[held_rows],
+                        _local_choice(weaver.select(data), data, held_rows, held), seed)
     verify_seconds = experiment.manifest().get("costs", {}).get("stage_wall_s", {}).get("verify")
     report["cost"] = {
         "distilled_s_per_candidate": seconds / max(held_rows.size, 1),
         "ensemble_s_per_candidate": None if verify_seconds is None else verify_seconds / max(data.n_candidates, 1),
         "ensemble_verifiers": [v.name for v in experiment.config.verifiers],
+        "device": _device_name((settings or TrainingSettings()).device),
     }
     if report["cost"]["ensemble_s_per_candidate"]:
         report["cost"]["ratio"] = report["cost"]["distilled_s_per_candidate"] / report["cost"]["ensemble_s_per_candidate"]
@@ -99,11 +103,19 @@ def distill(run_dir: str | Path, out_dir: str | Path, backbone: str = "all-MiniL
     return report
 
 
-def evaluation(held, labels: np.ndarray, distilled: np.ndarray, weaver: np.ndarray) -> dict[str, Any]:
-    """Held-out comparison of the distilled scores with Weaver's, majority and the first sample."""
+def evaluation(held, labels: np.ndarray, distilled: np.ndarray, weaver: np.ndarray, weaver_choice: np.ndarray | None = None,
+               seed: int = 0) -> dict[str, Any]:
+    """Held-out comparison of the distilled scores with Weaver's, majority and the first sample.
+
+    Args:
+        held: the held-out candidates; ``labels`` their correctness; ``distilled`` / ``weaver``: ``[n]`` scores.
+        weaver_choice: ``[P]`` Weaver selector's own picks (rows of ``held``); default the argmax of ``weaver``.
+        seed: bootstrap seed of the paired intervals (distilled minus majority / Weaver, over problems).
+    """
     chosen = {
         "distilled": group_argmax(distilled, held.groups, held.n_problems, held.tiebreak),
-        "weaver": group_argmax(weaver, held.groups, held.n_problems, held.tiebreak),
+        "weaver": (group_argmax(weaver, held.groups, held.n_problems, held.tiebreak) if weaver_choice is None
+                   else weaver_choice),
         "majority": MajorityVote().select(held),
         "first sample": group_argmax(np.zeros(held.n_candidates), held.groups, held.n_problems, held.tiebreak),
     }
@@ -113,13 +125,35 @@ def evaluation(held, labels: np.ndarray, distilled: np.ndarray, weaver: np.ndarr
                           & (answers[np.maximum(chosen["distilled"], 0)] == answers[np.maximum(chosen["weaver"], 0)])
                           & (answers[np.maximum(chosen["weaver"], 0)] >= 0))
     coverage = float(np.bincount(held.groups, weights=labels.astype(float), minlength=held.n_problems).astype(bool).mean())
+    hits = {name: selection_hits(rows, labels).astype(np.float64) for name, rows in chosen.items()}
     return {
         "heldout_problems": held.n_problems,
         "heldout_candidates": held.n_candidates,
-        "accuracy": {name: selection_accuracy(rows, labels) for name, rows in chosen.items()} | {"coverage": coverage},
+        "accuracy": {name: float(h.mean()) for name, h in hits.items()} | {"coverage": coverage},
+        "difference_ci95": {f"distilled - {other}": list(paired_difference_ci(hits[other], hits["distilled"], seed=seed))
+                            for other in ("majority", "weaver", "first sample")},
         "agreement_with_weaver": {"same_candidate": float(same.mean()), "same_answer": float(same_answer.mean())},
         "rank_correlation_with_weaver": _spearman(distilled, weaver),
     }
+
+
+def _local_choice(chosen: np.ndarray, data, held_rows: np.ndarray, held) -> np.ndarray:
+    """``[held.n_problems]`` rows of ``held`` of a selector's picks on all of ``data`` (-1 where none)."""
+    made = chosen[chosen >= 0]
+    position = np.searchsorted(held_rows, made)
+    inside = (position < held_rows.size) & (held_rows[np.minimum(position, held_rows.size - 1)] == made)
+    out = np.full(held.n_problems, -1, dtype=np.int64)
+    out[held.groups[position[inside]]] = position[inside]
+    return out
+
+
+def _device_name(device: str) -> str:
+    """The torch device in words (the GPU's name on CUDA)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"{device} ({os.cpu_count()} cores)"
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -130,16 +164,17 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def render(report: dict[str, Any]) -> str:
-    """The distillation table as markdown."""
+    """The distillation table as markdown, with a plain verdict against majority vote and Weaver."""
     accuracy, cost, model = report["accuracy"], report["cost"], report["model"]
     lines = [f"# Weaver distilled into {model['backbone']} ({model['parameters'] / 1e6:.1f}M parameters)", "",
              f"Trained on {model['pairs']} candidates of {model['train_problems']} problems "
-             f"({model['train_seconds']:.0f} s); held out: {report['heldout_problems']} problems, "
-             f"{report['heldout_candidates']} candidates.", "",
+             f"({model['train_seconds']:.0f} s on {cost.get('device', model['settings'].get('device'))}); held out: "
+             f"{report['heldout_problems']} problems, {report['heldout_candidates']} candidates.", "",
              "| method | held-out accuracy (%) |", "|---|---:|"]
     lines += [f"| {name} | {100 * value:.1f} |" for name, value in accuracy.items()]
+    lines += ["", verdict(report), ""]
     agreement = report["agreement_with_weaver"]
-    lines += ["", f"Agreement with Weaver's choice: {100 * agreement['same_candidate']:.1f} % same candidate, "
+    lines += [f"Agreement with Weaver's choice: {100 * agreement['same_candidate']:.1f} % same candidate, "
               f"{100 * agreement['same_answer']:.1f} % same answer; Spearman rank correlation of the scores "
               f"{report['rank_correlation_with_weaver']:.3f}.", ""]
     ratio = cost.get("ratio")
@@ -147,6 +182,21 @@ def render(report: dict[str, Any]) -> str:
                  + (f"({', '.join(cost['ensemble_verifiers'])}) {cost['ensemble_s_per_candidate']:.4f} s: "
                     f"{100 * ratio:.2f} % of it." if ratio else "time unknown (no verify-stage time in the manifest)."))
     return "\n".join(lines) + "\n"
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """One sentence: the distilled verifier against majority vote and Weaver, with paired 95 % intervals."""
+    accuracy, ci = report["accuracy"], report.get("difference_ci95", {})
+
+    def gap(other: str) -> str:
+        low, high = ci.get(f"distilled - {other}", (float("nan"), float("nan")))
+        return f"{100 * (accuracy['distilled'] - accuracy[other]):+.1f} points (95 % CI {100 * low:+.1f} to {100 * high:+.1f})"
+
+    if accuracy["distilled"] < accuracy["majority"]:
+        head = f"**Below majority vote**: the distilled verifier selects {gap('majority')} against majority vote"
+    else:
+        head = f"The distilled verifier selects {gap('majority')} against majority vote"
+    return f"{head} and {gap('weaver')} against the Weaver ensemble it was trained to imitate."
 
 
 def main(argv: list[str] | None = None) -> int:
