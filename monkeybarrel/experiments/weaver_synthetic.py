@@ -161,22 +161,34 @@ def _settings(rng: np.random.Generator) -> dict[str, float]:
     return {"hard_share": float(rng.uniform(0.3, 0.6)), "attractor": float(rng.uniform(0.4, 0.8))}
 
 
+def _instance(rng: np.random.Generator, sizes: Callable[[np.random.Generator], np.ndarray], n_informative: int,
+              treacherous: int) -> tuple[dict, np.ndarray, Problems, list[np.ndarray], list[str]]:
+    """Settings, problem sizes, candidates and the verifier block of one instance (in this draw order)."""
+    settings = _settings(rng)
+    sizes = sizes(rng)
+    p = draw_problems(rng, sizes, **settings)
+    columns, names = _verifier_block(rng, p, n_informative, treacherous)
+    return settings, sizes, p, columns, names
+
+
+def _ragged(low: int, high: int, single: float, problems: int) -> Callable[[np.random.Generator], np.ndarray]:
+    """Problem sizes uniform in [low, high), a ``single`` share of them with one candidate."""
+    def sizes(rng: np.random.Generator) -> np.ndarray:
+        out = rng.integers(low, high, problems)
+        out[rng.random(problems) < single] = 1
+        return out
+    return sizes
+
+
 def mixed_difficulty(rng: np.random.Generator, problems: int = 400, treacherous: int = 1
                      ) -> tuple[SelectionData, np.ndarray, dict]:
-    settings = _settings(rng)
-    sizes = np.full(problems, 16)
-    p = draw_problems(rng, sizes, **settings)
-    columns, names = _verifier_block(rng, p, 4, treacherous)
+    settings, sizes, p, columns, names = _instance(rng, lambda _: np.full(problems, 16), 4, treacherous)
     return _build(p, sizes, columns, names), p.y, {**settings, "hard": p.hard}
 
 
 def sparse_ragged(rng: np.random.Generator, problems: int = 500, treacherous: int = 1
                   ) -> tuple[SelectionData, np.ndarray, dict]:
-    settings = _settings(rng)
-    sizes = rng.integers(1, 25, problems)
-    sizes[rng.random(problems) < 0.15] = 1
-    p = draw_problems(rng, sizes, **settings)
-    columns, names = _verifier_block(rng, p, 5, treacherous)
+    settings, sizes, p, columns, names = _instance(rng, _ragged(1, 25, 0.15, problems), 5, treacherous)
     X = np.column_stack(columns)
     X[rng.random(X.shape) < 0.6] = np.nan
     data = SelectionData.build(_keys(p.groups, sizes), X, tuple(names), p.answers)
@@ -185,10 +197,7 @@ def sparse_ragged(rng: np.random.Generator, problems: int = 500, treacherous: in
 
 def near_duplicates(rng: np.random.Generator, problems: int = 400, copies: int = 30, treacherous: int = 0
                     ) -> tuple[SelectionData, np.ndarray, dict]:
-    settings = _settings(rng)
-    sizes = np.full(problems, 16)
-    p = draw_problems(rng, sizes, **settings)
-    columns, names = _verifier_block(rng, p, 3, treacherous)
+    settings, sizes, p, columns, names = _instance(rng, lambda _: np.full(problems, 16), 3, treacherous)
     weak = consensus_biased(rng, p, rng.uniform(0.1, 0.3), rng.uniform(0.3, 1.0))
     noise = rng.uniform(0.1, 0.5)
     columns += [weak] + [weak + noise * rng.normal(size=weak.size) for _ in range(copies)]
@@ -198,11 +207,7 @@ def near_duplicates(rng: np.random.Generator, problems: int = 400, copies: int =
 
 def degenerate(rng: np.random.Generator, problems: int = 500, treacherous: int = 1
                ) -> tuple[SelectionData, np.ndarray, dict]:
-    settings = _settings(rng)
-    sizes = rng.integers(2, 17, problems)
-    sizes[rng.random(problems) < 0.3] = 1
-    p = draw_problems(rng, sizes, **settings)
-    columns, names = _verifier_block(rng, p, 4, treacherous)
+    settings, sizes, p, columns, names = _instance(rng, _ragged(2, 17, 0.3, problems), 4, treacherous)
     n = p.y.size
     almost = np.full(n, 0.5)
     almost[rng.choice(n, 3, replace=False)] = 0.9
