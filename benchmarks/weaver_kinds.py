@@ -59,7 +59,7 @@ def main() -> None:
     from monkeybarrel.selection.baselines import NaiveEnsemble
     from monkeybarrel.selection.majority import MajorityVote
     from monkeybarrel.selection.weaver import WeaverSelector
-    from weaver_fit import ROOT, unpack
+    from weaver_fit import unpack
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=8, help="random instances per kind")

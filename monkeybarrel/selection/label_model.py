@@ -11,8 +11,12 @@ the per-verifier sufficient statistics (soft counts of each bin in each class). 
   together, so their votes are repeated evidence about one label (summed in log space).
 * **Cells** (optional) add one categorical observation per item: the answer's share of its problem's
   candidates (the majority evidence), with its own class-conditional table.
-* **Strata** (optional) are groups of problems (e.g. by how much the samples agree); a verifier whose
-  reliability differs between strata gets its own rates in each (``per_stratum``), the others share one set.
+* **Strata** (optional) are groups of problems (e.g. by how much the samples agree); each verifier's
+  rates per stratum are its rates over all strata plus a fixed share (``Model.shrink``, a positive-part
+  James–Stein factor) of its stratum's deviation from them.
+* **Cross-fitted cells**: a (stratum, cell) pair can take its cell evidence from the votes-only
+  posterior of its stratum's items instead of the joint fit (``Model.crossfit``), so the cell cannot
+  define the label it is evidence about.
 * Without items, strata or cells, rows with equal votes are merged into one weighted pattern when that
   compresses (few verifiers), which is the classic Weaver setting.
 
@@ -379,11 +383,6 @@ def soft_vote(data: EMData, weights: np.ndarray) -> np.ndarray:
     support = data.per_item((data.F @ level).astype(np.float64))
     voters = data.per_item((data.F @ observed).astype(np.float64))
     return np.divide(support, voters, out=np.full(data.n_items, 0.5), where=voters > 0)
-
-
-def item_mean(data: EMData, values: np.ndarray) -> np.ndarray:
-    """``[I]`` mean over each item's rows of sorted-row ``values``."""
-    return data.per_item(values) / np.maximum(data.item_size, 1)
 
 
 def fit(em: LatentClassEM, start: np.ndarray | Params, max_iter: int, tol: float) -> dict[str, Any]:

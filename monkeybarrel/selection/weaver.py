@@ -33,8 +33,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..core.groups import group_argmax
 from ..core.selection_data import SelectionData
 from . import label_model as lm
-from .answer_structure import (N_CELLS, RANKS, AnswerStructure, agreement_edges, answer_structure, cell_name,
-                               is_most_frequent)
+from .answer_structure import N_CELLS, RANKS, AnswerStructure, agreement_edges, answer_structure, is_most_frequent
 from .base import SELECTORS, Selector
 from .score_bins import NORMALIZATIONS, ScoreNormalizer, as_matrix, bin_codes, bin_indicators  # noqa: F401 (re-exported)
 
