@@ -33,7 +33,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..core.groups import group_argmax
 from ..core.selection_data import SelectionData
 from . import label_model as lm
-from .answer_structure import N_CELLS, RANKS, AnswerStructure, agreement_edges, answer_structure, is_most_frequent
+from .answer_structure import (CELL_NO_ANSWER, N_CELLS, RANKS, AnswerStructure, agreement_edges, answer_structure,
+                               is_most_frequent)
 from .base import SELECTORS, Selector
 from .score_bins import NORMALIZATIONS, ScoreNormalizer, as_matrix, bin_codes, bin_indicators  # noqa: F401 (re-exported)
 
@@ -45,6 +46,9 @@ evidence points the other way (the mirror solution always fits the votes as well
 ANSWER_ORIENTATION_MARGIN = np.log(20.0)
 """With final answers, the two orientations are compared by how well each fits "at most one answer per
 problem is right"; a log-likelihood difference below this leaves the verifiers' direction to decide."""
+NO_ANSWER_LOG_ODDS = -1000.0
+"""With final answers, a candidate without one is graded wrong: its log-odds are its own votes' plus this, so it
+ranks after every answered candidate (and only its own votes order it among the unanswered)."""
 START_TOP_SHARES = (0.2, 0.05, 0.01)
 START_STEPS = 12
 """EM's label-free starts: the soft majority vote plus hard starts at these top shares of it, each run
@@ -255,6 +259,8 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         theta_: ``[2, n_bins, m]`` P(bin | class) over all strata, class 1 = correct.
         weights_: ``[n_bins, m]`` log-likelihood ratio added for a vote in each bin (all strata).
         answers_: whether the fit grouped candidates by final answer (``answers`` given to ``fit``).
+        unanswered_: candidates without an answer left out of the fit (graded wrong; they rank after every
+            answered candidate, ``NO_ANSWER_LOG_ODDS``).
         strata_edges_: ``[S - 1]`` agreement cut points of the strata (empty: one stratum).
         strata_theta_, strata_weights_: ``[S, 2, n_bins, m]`` / ``[S, n_bins, m]`` the same per stratum.
         per_stratum_: ``[m]`` bool, verifiers with (shrunk) rates of their own in each stratum;
@@ -352,14 +358,27 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         X = as_matrix(self, X, reset=True)
         n, m = X.shape
         labelled = self._labels(y, n)
+        self.dev_labels_ = bool(labelled is not None and (~np.isnan(labelled)).any())
         structure = self._structure(groups, answers, n)
         self.answers_, self.answer_share_ = structure is not None, bool(answer_share and structure is not None)
+        self.unanswered_ = 0
+        if structure is not None:  # a candidate without an answer is graded wrong: the model is about the others
+            answered = np.flatnonzero(structure.cells != CELL_NO_ANSWER)
+            self.unanswered_ = int(n - answered.size)
+            if self.unanswered_:
+                X, structure = X[answered], structure.subset(answered)
+                groups = np.asarray(groups).reshape(-1)[answered]
+                labelled = None if labelled is None else labelled[answered]
         self.classes_ = np.array([0, 1])
         self.normalizer_ = ScoreNormalizer(self.normalize).fit(X)
         prior = self.prior
         if prior is None and labelled is not None and (~np.isnan(labelled)).any():
             prior = float(np.clip(np.nanmean(labelled), 0.01, 0.99))
-        if self.threshold == "search":
+        if self.threshold == "search" and self.dev_labels_ and (labelled is None or np.isnan(labelled).all()):
+            warnings.warn("threshold='search': no labelled candidate has an answer (the rest are graded wrong "
+                          "and left out); using 0.5", UserWarning, stacklevel=3)
+            self.threshold_, self.dev_accuracy_ = 0.5, float("nan")
+        elif self.threshold == "search":
             self.threshold_ = self._search_threshold(X, groups, labelled, prior, structure)
         else:
             self.threshold_ = float(self.threshold)
@@ -526,7 +545,7 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         right = np.bincount(problem_of_item[answered], _sigmoid(log_joint[answered, 1] - log_joint[answered, 0]))
         several = np.bincount(problem_of_item[answered]) >= 2
         self.majority_check_["right_answers_per_problem"] = float(right[several].mean()) if several.any() else 0.0
-        if model.clamp is not None and (~np.isnan(model.clamp)).any():
+        if self.dev_labels_ and model.clamp is not None:
             known = ~np.isnan(model.clamp)
             dev = {name: _dev_accuracy(rows, model.clamp, problem, known) for name, rows in picks.items()}
             self.majority_dev_accuracy_ = dev
@@ -772,7 +791,10 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         totals = np.zeros(int(structure.items.max()) + 1)
         totals[items[starts]] = np.add.reduceat(evidence[order], starts)
         cell = self.cell_llr_[strata, structure.cells] if self.answer_share_ else 0.0
-        return prior + totals[structure.items] + cell
+        out = prior + totals[structure.items] + cell
+        unanswered = structure.cells == CELL_NO_ANSWER  # graded wrong: after every answered candidate
+        out[unanswered] = prior + evidence[unanswered] + NO_ANSWER_LOG_ODDS
+        return out
 
     def decision_function(self, X: Any, *, groups: Any = None, answers: Any = None) -> np.ndarray:
         """``[n]`` posterior log-odds that each candidate is correct (monotone in P(correct)).
