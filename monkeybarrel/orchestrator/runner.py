@@ -22,7 +22,9 @@ from .store.manifest import new_manifest, now, package_versions
 from .stages.preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
 from .report.markdown import plot_curves, render_markdown
 from .report.html_page import write_html
-from .stages.sample import gpu_summary, run_sample_stage, sum_over_runs, token_summary
+from ..samplers.base import Sampler
+from .stages.sample import (close_samplers, gpu_summary, run_sample_stage, start_samplers, sum_over_runs,
+                            token_summary)
 from .stages.select import run_select_stage
 from .store.experiment_store import ExperimentStore, StoreError, atomic_write_bytes
 from .store.maintenance import compact_if_fragmented
@@ -101,15 +103,19 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
         An ``Experiment`` handle on the directory.
     """
     began = time.perf_counter()
-    task, problems = preflight(config)  # data, plug-ins, models and servers are checked before the directory is touched
-    if force:
-        ExperimentStore.check_discardable(out_dir)
-    with RunLock(out_dir, "run"):
-        return _run_locked(config, out_dir, force, show_progress, task, problems, began)
+    samplers = start_samplers(config)  # Ray actors load their models while the task's data loads
+    try:
+        task, problems = preflight(config)  # data, plug-ins, models and servers are checked before the directory is touched
+        if force:
+            ExperimentStore.check_discardable(out_dir)
+        with RunLock(out_dir, "run"):
+            return _run_locked(config, out_dir, force, show_progress, task, problems, began, samplers)
+    finally:
+        close_samplers(samplers)
 
 
 def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show_progress: bool, task: Task,
-                problems: list[Problem], began: float) -> Experiment:
+                problems: list[Problem], began: float, samplers: dict[str, Sampler]) -> Experiment:
     store, manifest = open_store(config, out_dir, force)
     store.write_text("config.yaml", config.to_yaml())
     run_record: dict[str, Any] = {"started": now(), "config_hash": manifest.get("config_hash")}
@@ -122,8 +128,9 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
     stage_times["load"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    run_record["sampled"] = (run_allocated_sampling(store, config, task, problems, show_progress) if uses_rounds(config)
-                             else run_sample_stage(store, config, problems, show_progress))
+    run_record["sampled"] = (run_allocated_sampling(store, config, task, problems, show_progress, samplers=samplers)
+                             if uses_rounds(config) else run_sample_stage(store, config, problems, show_progress,
+                                                                          samplers=samplers))
     stage_times["sample"] = time.perf_counter() - began
 
     began = time.perf_counter()

@@ -56,12 +56,13 @@ class Sampler(ABC):
         """Serve ``spec`` (same engine key) from now on: its id, prompt and sampling settings."""
         self.spec = spec
 
-    def messages(self, problem: Problem) -> list[dict[str, str]]:
-        """The chat sent for ``problem``: optional system prompt, then the templated user turn."""
-        chat = problem.chat(self.spec.system_prompt)
+    def messages(self, problem: Problem, spec: GeneratorSpec | None = None) -> list[dict[str, str]]:
+        """The chat sent for ``problem``: optional system prompt, then the templated user turn (``spec``: this one's)."""
+        spec = spec or self.spec
+        chat = problem.chat(spec.system_prompt)
         last = chat[-1]
         if last["role"] == "user":
-            chat[-1] = {"role": "user", "content": self.spec.prompt_template.format(prompt=last["content"])}
+            chat[-1] = {"role": "user", "content": spec.prompt_template.format(prompt=last["content"])}
         return chat
 
     @abstractmethod
@@ -80,12 +81,13 @@ class Sampler(ABC):
             except Exception as exc:  # a crashing sample is a recorded failure, never a lost run
                 yield self.failed(request, exc, time.perf_counter() - started)
 
-    def failed(self, request: SampleRequest, exc: BaseException, wall_time_s: float) -> list[Candidate]:
-        """Error candidates for every index of ``request``."""
+    def failed(self, request: SampleRequest, exc: BaseException, wall_time_s: float,
+               spec: GeneratorSpec | None = None) -> list[Candidate]:
+        """Error candidates for every index of ``request`` (of ``spec``'s generator; default this sampler's)."""
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         share = wall_time_s / max(len(request.sample_indices), 1)
         return [
-            Candidate(problem_id=request.problem.problem_id, generator_id=self.generator_id, sample_index=i,
+            Candidate(problem_id=request.problem.problem_id, generator_id=(spec or self.spec).id, sample_index=i,
                       text=None, finish_reason="error", wall_time_s=share, seed=request.seed, error=message)
             for i in request.sample_indices
         ]

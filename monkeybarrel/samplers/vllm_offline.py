@@ -1,10 +1,11 @@
 """The ``vllm`` backend: offline batched sampling with a vLLM engine in this process (extra ``[vllm]``).
 
-Requests are handed to ``LLM.generate`` in chunks of ``chunk_requests`` problems, one prompt per
-problem with ``SamplingParams(n=len(sample_indices), seed=request.seed)``, so vLLM shares each
-prompt's prefill across its n samples and batches all problems of a chunk continuously; prefix
-caching is on (shared system prompts and few-shot headers are computed once). Each chunk's
-candidates are yielded when the chunk is done, so the runner stores them chunk by chunk.
+Continuous batching (:meth:`VLLMSampler.serve`): each problem is one engine request with
+``SamplingParams(n=len(sample_indices), seed=request.seed)``, so vLLM prefills its prompt once for its
+n samples; up to ``chunk_requests`` problems are in the engine at once and the next one is admitted
+the moment one finishes, so the batch never drains between groups of problems. A problem's
+candidates are yielded as soon as its last sample ends, so the runner stores them as they come.
+Prefix caching is on (shared system prompts and few-shot headers are computed once).
 
 vLLM does not load GGUF files directly: ``smollm2-135m-instruct`` and ``*.gguf`` models go through
 ``core.models.resolve_model``, which converts them once into a HF safetensors directory
@@ -22,10 +23,12 @@ shared engine keeps it), logged, and kept in :attr:`VLLMSampler.attention_choice
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..core.config import GeneratorSpec
 from ..core.models import resolve_model
@@ -44,6 +47,8 @@ to 1024 sequences replay a full CUDA graph (vLLM's default captures up to 512 an
 eagerly); with the prompt KV read once per group, big batches cost little attention."""
 
 _log = logging.getLogger(__name__)
+FeedItem = tuple[Any, SampleRequest, GeneratorSpec]
+"""(tag, request, spec) handed to :meth:`VLLMSampler.serve`; the tag comes back with the candidates."""
 
 
 @SAMPLERS.register("vllm")
@@ -59,7 +64,7 @@ class VLLMSampler(Sampler):
         max_model_len: context length (prompt + completion tokens); None = the model's.
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes.
         enforce_eager: skip graph capture / compilation (much faster start, slower decoding).
-        chunk_requests: problems per ``LLM.generate`` call (each call's candidates are stored together).
+        chunk_requests: most problems in the engine at once (the next is admitted when one finishes).
         cpu_kvcache_gib: KV cache size for the CPU backend (sets ``VLLM_CPU_KVCACHE_SPACE``).
         engine_kwargs: further ``vllm.LLM`` arguments (e.g. ``{"max_num_seqs": 512}``).
         attention: ``auto`` (ours where the engine's requests share prompt prefixes, else vLLM's; see
@@ -148,16 +153,16 @@ class VLLMSampler(Sampler):
         self.load()
         return self._llm
 
-    def prompt(self, request: SampleRequest) -> str:
-        """The chat-templated prompt text of ``request``."""
+    def prompt(self, request: SampleRequest, spec: GeneratorSpec | None = None) -> str:
+        """The chat-templated prompt text of ``request`` (with ``spec``'s system prompt and template)."""
         return self.llm.get_tokenizer().apply_chat_template(
-            self.messages(request.problem), tokenize=False, add_generation_prompt=True)
+            self.messages(request.problem, spec), tokenize=False, add_generation_prompt=True)
 
-    def sampling_params(self, request: SampleRequest):
+    def sampling_params(self, request: SampleRequest, spec: GeneratorSpec | None = None):
         """``SamplingParams`` drawing all of the request's samples from one seeded generator."""
         from vllm import SamplingParams
 
-        spec = self.spec
+        spec = spec or self.spec
         return SamplingParams(n=len(request.sample_indices), seed=request.seed, temperature=spec.temperature,
                               top_p=spec.top_p, max_tokens=spec.max_tokens)
 
@@ -166,57 +171,87 @@ class VLLMSampler(Sampler):
         return [c for batch in self.sample([request]) for c in batch]
 
     def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
-        """Yield each request's candidates, ``chunk_requests`` problems per ``generate`` call.
+        """Yield each request's candidates as soon as all its samples are done (continuous batching).
 
         The engine is started first: an engine that cannot start stops the run (nothing is recorded);
-        a request whose prompt cannot be built, or a chunk whose generation fails, becomes error candidates.
+        a request whose prompt cannot be built, or an engine step that fails, becomes error candidates.
         """
         requests = list(requests)
         self.load(requests)
-        chunk: list[tuple[SampleRequest, str]] = []
-        for request in requests:
-            try:
-                chunk.append((request, self.prompt(request)))
-            except Exception as exc:
-                yield self.failed(request, exc, 0.0)
+        feed = deque((None, request, self.spec) for request in requests)
+        for _, candidates in self.serve(lambda block: feed.popleft() if feed else None, lambda: not feed):
+            yield candidates
+
+    def serve(self, take: Callable[[bool], FeedItem | None], exhausted: Callable[[], bool]
+              ) -> Iterator[tuple[Any, list[Candidate]]]:
+        """Continuous batching over a feed of ``(tag, request, spec)`` items; yields ``(tag, candidates)``.
+
+        ``take(block)`` returns the next item, or None when there is none now (``block``: the engine is
+        idle, so it may wait for one); ``exhausted()`` says no item will come any more. Up to
+        ``chunk_requests`` problems are in the engine at once: a new one is admitted as soon as one
+        finishes, so the engine's batch never drains between chunks, and each problem's candidates
+        come back the moment its last sample ends. Each step's wall time is shared among the samples
+        that finish in it, so the candidates' ``wall_time_s`` add up to the time spent serving.
+        ``spec`` gives the request's sampling settings and generator id (a shared engine serves several).
+        """
+        self.load()
+        engine = self.llm.llm_engine
+        inflight: dict[str, tuple[Any, SampleRequest, GeneratorSpec]] = {}
+        last = time.perf_counter()
+        while True:
+            while len(inflight) < self.chunk_requests:
+                item = take(not inflight)
+                if item is None:
+                    break
+                tag, request, spec = item
+                try:
+                    prompt = self.prompt(request, spec)
+                    request_id = self.llm.enqueue(prompt, self.sampling_params(request, spec), use_tqdm=False)[0]
+                except Exception as exc:
+                    yield tag, self.failed(request, exc, 0.0, spec)
+                    continue
+                inflight[request_id] = item
+            if not inflight:
+                if exhausted():
+                    return
                 continue
-            if len(chunk) == self.chunk_requests:
-                yield from self._generate(chunk)
-                chunk = []
-        if chunk:
-            yield from self._generate(chunk)
-
-    def _generate(self, chunk: list[tuple[SampleRequest, str]]) -> Iterator[list[Candidate]]:
-        started = time.perf_counter()
-        try:
-            outputs = self.llm.generate([prompt for _, prompt in chunk],
-                                        [self.sampling_params(request) for request, _ in chunk], use_tqdm=False)
-        except Exception as exc:
-            elapsed = time.perf_counter() - started
+            try:
+                outputs = engine.step()
+            except Exception as exc:  # the step's problems become error candidates; the engine may go on
+                now = time.perf_counter()
+                elapsed, last = now - last, now
+                self.gpu_seconds += elapsed * self._gpus
+                with contextlib.suppress(Exception):
+                    engine.abort_request(list(inflight), internal=True)
+                lost, inflight = list(inflight.values()), {}
+                for tag, request, spec in lost:
+                    yield tag, self.failed(request, exc, elapsed / len(lost), spec)
+                continue
+            finished = [o for o in outputs if o.finished and o.request_id in inflight]
+            if not finished:
+                continue
+            now = time.perf_counter()
+            elapsed, last = now - last, now
             self.gpu_seconds += elapsed * self._gpus
-            for request, _ in chunk:
-                yield self.failed(request, exc, elapsed / len(chunk))
-            return
-        elapsed = time.perf_counter() - started
-        self.gpu_seconds += elapsed * self._gpus
-        samples = sum(len(request.sample_indices) for request, _ in chunk)
-        for (request, _), output in zip(chunk, outputs):
-            yield self._candidates(request, output, elapsed / max(samples, 1))
+            samples = sum(len(inflight[o.request_id][1].sample_indices) for o in finished)
+            for output in finished:
+                tag, request, spec = inflight.pop(output.request_id)
+                yield tag, self._candidates(request, output, elapsed / max(samples, 1), spec)
 
-    def _candidates(self, request: SampleRequest, output, share_s: float) -> list[Candidate]:
+    def _candidates(self, request: SampleRequest, output, share_s: float, spec: GeneratorSpec) -> list[Candidate]:
         completions = sorted(output.outputs, key=lambda c: c.index)
         candidates = []
         for index, completion in zip(request.sample_indices, completions):
             reason = completion.finish_reason or "length"
             failed = reason not in ("stop", "length")
             candidates.append(Candidate(
-                problem_id=request.problem.problem_id, generator_id=self.generator_id, sample_index=index,
+                problem_id=request.problem.problem_id, generator_id=spec.id, sample_index=index,
                 text=completion.text, prompt_tokens=len(output.prompt_token_ids or ()),
                 completion_tokens=len(completion.token_ids), finish_reason="error" if failed else reason,
                 wall_time_s=share_s, seed=request.seed, error=f"vLLM finish_reason {reason!r}" if failed else None))
         if len(candidates) < len(request.sample_indices):
             missing = SampleRequest(request.problem, request.sample_indices[len(candidates):], request.seed)
-            candidates += self.failed(missing, RuntimeError("vLLM returned fewer completions than asked"), 0.0)
+            candidates += self.failed(missing, RuntimeError("vLLM returned fewer completions than asked"), 0.0, spec)
         return candidates
 
     def close(self) -> None:
