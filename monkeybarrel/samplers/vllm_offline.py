@@ -24,6 +24,7 @@ shared engine keeps it), logged, and kept in :attr:`VLLMSampler.attention_choice
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -106,6 +107,7 @@ class VLLMSampler(Sampler):
         self.expected_sharing: float | None = None
         """Prompt sharing to assume when the engine starts before any request is known (Ray workers)."""
         self._llm = None
+        self._request_ids = itertools.count()
 
     # ---- loading -------------------------------------------------------------------------
     def load(self, requests: Sequence[SampleRequest] = ()) -> None:
@@ -194,6 +196,8 @@ class VLLMSampler(Sampler):
         that finish in it, so the candidates' ``wall_time_s`` add up to the time spent serving.
         ``spec`` gives the request's sampling settings and generator id (a shared engine serves several).
         """
+        from vllm.sampling_params import RequestOutputKind
+
         self.load()
         engine = self.llm.llm_engine
         inflight: dict[str, tuple[Any, SampleRequest, GeneratorSpec]] = {}
@@ -204,9 +208,11 @@ class VLLMSampler(Sampler):
                 if item is None:
                     break
                 tag, request, spec = item
+                request_id = f"monkeybarrel-{next(self._request_ids)}"  # outputs carry the id we give
                 try:
-                    prompt = self.prompt(request, spec)
-                    request_id = self.llm.enqueue(prompt, self.sampling_params(request, spec), use_tqdm=False)[0]
+                    params = self.sampling_params(request, spec)
+                    params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per problem, when all n are done
+                    engine.add_request(request_id, self.prompt(request, spec), params)
                 except Exception as exc:
                     yield tag, self.failed(request, exc, 0.0, spec)
                     continue
