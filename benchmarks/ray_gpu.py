@@ -61,6 +61,7 @@ VARIANTS = {
 
 
 def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
     engine = {"engine_kwargs": {"load_format": "dummy"}, "gpu_memory_utilization": 0.85, "max_model_len": 4096,
               "dtype": "bfloat16"}
     generator = {"id": "g", "model": str(model), "num_samples": args.samples, "max_tokens": args.max_tokens,
@@ -108,8 +109,13 @@ def main() -> None:
     ap.add_argument("--variants", default="direct,ray-1,ray-2")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/ray_gpu"))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--warmup", action="store_true",
+                    help="first run the direct variant on 4 problems, untimed: the compile caches (torch.compile, "
+                         "Triton) are then warm for every timed variant, whichever runs first")
     args = ap.parse_args()
     model = shape_with_tokenizer(args.preset, args.tokenizer, args.workdir / f"{args.preset}_model")
+    if args.warmup:
+        run_variant("direct", model, argparse.Namespace(**{**vars(args), "problems": 4}), args.workdir / "warmup")
     results = {}
     for name in args.variants.split(","):
         results[name] = run_variant(name, model, args, args.workdir)

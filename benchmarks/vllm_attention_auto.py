@@ -77,8 +77,9 @@ def auto_choice(job: tuple[int, int, int, int]) -> tuple[str, str]:
     return choose_attention("auto", prompt_sharing(texts, [job[1]] * job[0]), prefix_caching=True)
 
 
-def run_engine(preset: str, args: dict, jobs: list[tuple[int, int, int, int]], profile: str) -> dict:
-    """Start one engine with ``args`` and time every job twice; returns the figures."""
+def run_engine(preset: str, args: dict, jobs: list[tuple[int, int, int, int]], profile: str,
+               unseeded: bool = False) -> dict:
+    """Start one engine with ``args`` and time every job twice (and twice more without seeds if ``unseeded``)."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     from vllm import LLM, SamplingParams
 
@@ -115,6 +116,15 @@ def run_engine(preset: str, args: dict, jobs: list[tuple[int, int, int, int]], p
                 table.rename(Path(profile) / f"{preset}_{prompts}x{n}x{length}.txt")
         out["jobs"].append({"job": list(job), "generated_tokens": tokens, "seconds": [round(t, 3) for t in times],
                             "output_tok_s": round(tokens / min(times), 1)})
+        if unseeded:
+            free = SamplingParams(n=n, max_tokens=new, temperature=0.8, ignore_eos=True, detokenize=False)
+            free_times = []
+            for _ in range(2):
+                llm.reset_prefix_cache()
+                t0 = time.perf_counter()
+                llm.generate([{"prompt_token_ids": p} for p in job_prompts(job)], free, use_tqdm=False)
+                free_times.append(time.perf_counter() - t0)
+            out["jobs"][-1]["unseeded_output_tok_s"] = round(tokens / min(free_times), 1)
         print(json.dumps(out["jobs"][-1]), flush=True)
     return out
 
@@ -124,17 +134,22 @@ def main() -> None:
     ap.add_argument("--presets", default="8b,1b")
     ap.add_argument("--out", help="JSON file (rewritten after every engine)")
     ap.add_argument("--profile", default="", help="directory for the auto engines' kernel tables")
+    ap.add_argument("--jobs", default="", help="subset of the preset's jobs, e.g. '8x128x2048x128'")
+    ap.add_argument("--auto-only", action="store_true", help="skip vLLM's default engine (profiling runs)")
+    ap.add_argument("--unseeded", action="store_true",
+                    help="also time each auto job without per-request seeds (vLLM samples seeded requests one by one)")
     ap.add_argument("--engine", help=argparse.SUPPRESS)  # internal: PRESET:JSON_ARGS:JOBS, run in a subprocess
     args = ap.parse_args()
     if args.engine:
-        preset, engine_args, jobs, profile = json.loads(args.engine)
-        print("RESULT " + json.dumps(run_engine(preset, engine_args, [tuple(j) for j in jobs], profile)), flush=True)
+        preset, engine_args, jobs, profile, unseeded = json.loads(args.engine)
+        print("RESULT " + json.dumps(run_engine(preset, engine_args, [tuple(j) for j in jobs], profile, unseeded)),
+              flush=True)
         return
     from monkeybarrel.samplers.vllm_offline import engine_arguments
 
     report: dict = {"base_args": BASE_ARGS, "presets": {}}
     for preset in args.presets.split(","):
-        jobs = JOBS[preset]
+        jobs = [j for j in JOBS[preset] if not args.jobs or "x".join(map(str, j)) in args.jobs.split(",")]
         default_args = engine_arguments("vllm", BASE_ARGS)
         engines: dict[str, dict] = {"vllm": {"args": default_args, "jobs": list(jobs)}}
         choices = {}
@@ -147,8 +162,12 @@ def main() -> None:
             engines[name]["jobs"].append(job)  # on the vllm engine: the job runs again, as auto's
         results = {}
         for name, engine in engines.items():
+            if args.auto_only and name == "vllm":
+                continue
             profile = str(Path(args.profile) / f"{preset}_{name}") if args.profile and name != "vllm" else ""
-            cmd = [sys.executable, __file__, "--engine", json.dumps([preset, engine["args"], engine["jobs"], profile])]
+            unseeded = args.unseeded and name != "vllm"
+            cmd = [sys.executable, __file__, "--engine", json.dumps([preset, engine["args"], engine["jobs"], profile,
+                                                                     unseeded])]
             print(f"== {preset} {name}: {engine['args']}", flush=True)
             proc = subprocess.run(cmd, capture_output=True, text=True)
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
