@@ -116,7 +116,8 @@ def plan(sweep: Sweep, ray_address: str | None = None) -> list[Planned]:
 def engine_label(spec: GeneratorSpec) -> str:
     """``model (backend)``, ``model (ray: vllm)``: how status and the report name an engine."""
     inner = spec.options.get("backend", "embedded") if spec.backend == "ray" else None
-    return f"{spec.model} ({spec.backend}{': ' + inner if inner else ''})"
+    model = Path(spec.model).name if spec.model.startswith(("/", ".", "~")) else spec.model
+    return f"{model} ({spec.backend}{': ' + inner if inner else ''})"
 
 
 def _share_key(sampler: Sampler, spec: GeneratorSpec, key: Any) -> str:

@@ -85,22 +85,31 @@ STATE_STYLE = {"done": "green", "running": "cyan", "pending": "yellow", "failed"
 
 
 def print_status(status: dict[str, Any], console: Console) -> None:
-    """The status as a rich table that reads at 80 columns (and piped), then the engine starts."""
-    table = Table(title=f"sweep {status['name']}: " + ", ".join(f"{n} {s}" for s, n in sorted(status["states"].items())),
-                  title_justify="left")
-    table.add_column("point", overflow="fold", ratio=3)
-    table.add_column("state", no_wrap=True)
-    table.add_column("cands", justify="right", no_wrap=True)
-    table.add_column("err", justify="right", no_wrap=True)
-    table.add_column("GPU-s", justify="right", no_wrap=True)
-    table.add_column("last error", overflow="ellipsis", no_wrap=True, ratio=4)
+    """The status as a rich table that reads at 80 columns (and piped), then the engine starts.
+
+    Point names fold beyond 28 characters (fewer on a narrow terminal); the last error gets the
+    columns left over, on one line cut with an ellipsis.
+    """
+    cells = []
     for row in status["points"]:
         expected = row["expected_candidates"]
         candidates = f"{row['candidates']}/{expected}" if expected and row["state"] != "done" else str(row["candidates"])
         state = row["state"] + (f" ({row['tries']})" if row["state"] == "failed" and row["tries"] else "")
-        table.add_row(row["name"], f"[{STATE_STYLE.get(row['state'], '')}]{state}[/]", candidates,
-                      str(row["errors"]) if row["errors"] else "", "–" if row["gpu_s"] is None else f"{row['gpu_s']:g}",
-                      row["error"] or "")
+        cells.append([row["name"], state, candidates, str(row["errors"]) if row["errors"] else "",
+                      "–" if row["gpu_s"] is None else f"{row['gpu_s']:g}", row["error"] or ""])
+    header = ["point", "state", "cands", "err", "GPU-s", "last error"]
+    widths = [max([len(header[i]), *(len(c[i]) for c in cells)]) for i in range(5)]
+    free = console.width - sum(widths[1:]) - 3 * len(header) - 1  # for the point name and the last error
+    widths[0] = max(10, min(widths[0], 28, free - 16))
+    left = max(10, free - widths[0])
+    table = Table(title=f"sweep {status['name']}: " + ", ".join(f"{n} {s}" for s, n in sorted(status["states"].items())),
+                  title_justify="left")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="right" if 1 < i < 5 else "left", overflow="fold" if i == 0 else "ellipsis",
+                         no_wrap=i > 0, width=widths[i] if i < 5 else left)
+    for row, cell in zip(status["points"], cells):
+        cell[1] = f"[{STATE_STYLE.get(row['state'], '')}]{cell[1]}[/]"
+        table.add_row(*cell)
     console.print(table)
     engines = status.get("engines", {})
     for label, info in engines.items():
