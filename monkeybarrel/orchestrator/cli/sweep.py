@@ -124,9 +124,5 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    sys.stderr.write(f"error: {message}\n")
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -92,22 +92,32 @@ def on_ray(config: ExperimentConfig, address: str, options: dict[str, Any] | Non
 
 
 def plan(sweep: Sweep, ray_address: str | None = None) -> list[Planned]:
-    """Each point's run config and engine keys, in run order: grouped by engines, groups in point order."""
-    planned = []
+    """Each point's run config and engine keys, in run order: grouped by engines, groups in point order.
+
+    Raises:
+        ConfigError: naming every point whose samplers cannot be built (unknown backend, bad option).
+    """
+    planned, errors = [], []
     for point in sweep.points:
-        config = on_ray(point.config, ray_address, sweep.spec.ray) if ray_address else point.config
-        item = Planned(point, config)
-        shares = []
-        for index, spec in enumerate(config.generators):
-            sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
-            try:
-                key = sampler.engine_key()
-                item.engines[str(key)] = engine_label(spec)
-                shares.append(_share_key(sampler, spec, key))
-            finally:
-                sampler.close()
+        try:
+            config = on_ray(point.config, ray_address, sweep.spec.ray) if ray_address else point.config
+            item = Planned(point, config)
+            shares = []
+            for index, spec in enumerate(config.generators):
+                sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
+                try:
+                    key = sampler.engine_key()
+                    item.engines[str(key)] = engine_label(spec)
+                    shares.append(_share_key(sampler, spec, key))
+                finally:
+                    sampler.close()
+        except ConfigError as exc:
+            errors.append(_point_error(point, exc))
+            continue
         item.group = tuple(sorted(set(shares)))
         planned.append(item)
+    if errors:
+        raise ConfigError(_invalid(sweep.source or sweep.name, errors))
     _disambiguate(planned)
     order = {group: i for i, group in reversed(list(enumerate(p.group for p in planned)))}
     return sorted(planned, key=lambda p: (order[p.group], p.point.index))
@@ -162,12 +172,20 @@ def validate(planned: list[Planned], directory: Path, where: str) -> dict[str, i
                 raise ConfigConflictError(f"{directory / name} holds results of another config: "
                                           + "; ".join(conflicts[:4]) + " (was it run with another --ray-address?)")
         except (ConfigError, ConfigConflictError, TaskDataError, UnknownNameError, OSError) as exc:
-            errors.append(f"point {name} ({describe(point.overrides)}):\n    " + str(exc).replace("\n", "\n    "))
+            errors.append(_point_error(point, exc))
             continue
         expected[point.id] = len(problems) * sum(g.num_samples for g in item.config.generators)
     if errors:
-        raise ConfigError(f"{where}: {len(errors)} point(s) are invalid; nothing was run:\n  " + "\n  ".join(errors))
+        raise ConfigError(_invalid(where, errors))
     return expected
+
+
+def _point_error(point: Point, exc: BaseException) -> str:
+    return f"point {point.name} ({describe(point.overrides)}):\n    " + str(exc).replace("\n", "\n    ")
+
+
+def _invalid(where: Any, errors: list[str]) -> str:
+    return f"{where}: {len(errors)} point(s) are invalid; nothing was run:\n  " + "\n  ".join(errors)
 
 
 class _Engines:
@@ -333,7 +351,7 @@ def _print_plan(planned: list[Planned], records: dict[str, dict[str, Any]], echo
     for item in planned:
         record = records[item.point.id]
         state = "done" if is_done(record, item.point) else record["state"]
-        echo(f"{record['name']}  id {item.point.id}  {state}  engines: {', '.join(sorted(set(item.engines.values())))}")
+        echo(f"{record['name']}  {item.point.id[:8]}  {state}  {', '.join(sorted(set(item.engines.values())))}")
     echo(f"# ok: {len(planned)} points; every point validates")
 
 

@@ -121,13 +121,12 @@ def load_sweep(path: str | Path) -> Sweep:
             config key (``point temperature=-1: generators[0].temperature: ...``).
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: sweep file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        return sweep_from_dict(yaml.safe_load(path.read_text()), source=path)
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(f"{path}: sweep file not found") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return sweep_from_dict(data, source=path)
 
 
 def sweep_from_dict(data: Any, source: Path | None = None, name: str | None = None) -> Sweep:
