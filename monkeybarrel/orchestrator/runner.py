@@ -50,11 +50,7 @@ def open_store(config: ExperimentConfig, out_dir: str | Path, force: bool = Fals
     if not manifest:
         return store, new_manifest(config)
     new_inputs = result_inputs(config)
-    changed = changed_sections(manifest.get("result_inputs", {}), new_inputs)
-    stored = stored_sections(store.table_path("problems").is_file(), store.stored_generators(),
-                             set(store.scored_verifiers()))
-    blocking = [line for section, lines in changed.items() if section in stored and not section.startswith("verifiers[")
-                for line in lines]
+    changed, blocking = _changes(config, store, manifest)
     if blocking:
         raise ConfigConflictError(
             f"{out_dir}: holds results of a different configuration; these keys would change stored results:\n  "
@@ -68,6 +64,25 @@ def open_store(config: ExperimentConfig, out_dir: str | Path, force: bool = Fals
                         name, "; ".join(changed[section]), removed)
     manifest["result_inputs"] = {**manifest.get("result_inputs", {}), **new_inputs}
     return store, manifest
+
+
+def stored_conflicts(config: ExperimentConfig, out_dir: str | Path) -> list[str]:
+    """``section.key: old -> new`` for each key of ``config`` that would change results stored in ``out_dir``
+    (what ``open_store`` refuses; [] for a new directory). Reads only."""
+    if not (Path(out_dir) / "manifest.json").is_file():
+        return []
+    store = ExperimentStore(out_dir)
+    return _changes(config, store, store.read_manifest())[1]
+
+
+def _changes(config: ExperimentConfig, store: ExperimentStore,
+             manifest: dict[str, Any]) -> tuple[dict[str, list[str]], list[str]]:
+    """Changed result inputs by section, and the changes that touch stored candidates or problems."""
+    changed = changed_sections(manifest.get("result_inputs", {}), result_inputs(config))
+    stored = stored_sections(store.table_path("problems").is_file(), store.stored_generators(),
+                             set(store.scored_verifiers()))
+    return changed, [line for section, lines in changed.items() if section in stored
+                     and not section.startswith("verifiers[") for line in lines]
 
 
 def store_problems(store: ExperimentStore, problems: list[Problem]) -> None:

@@ -1,4 +1,4 @@
-"""Command line: ``monkeybarrel run | demo | report | validate | show | compare | export | store | reproduce``.
+"""Command line: ``monkeybarrel run | demo | report | validate | show | compare | export | store | sweep | reproduce``.
 
 Every user-facing error (config, data, store, I/O, encoding, missing model, unreachable server)
 exits with status 2 and one message naming the file or key; Ctrl-C exits 130 after the stages
@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     store = sub.add_parser("store", help="check, repair or compact a store")
     store.add_argument("action", choices=["check", "repair", "compact"])
     store.add_argument("directory", type=Path)
+
+    sub.add_parser("sweep", add_help=False, help="run, track and compare a grid of experiments (`sweep -h`)")
 
     reproduce = sub.add_parser("reproduce", help="a paper's table beside ours, on the paper's released data")
     reproduce.add_argument("recipe", help="recipe name, or `list`")
@@ -200,6 +202,11 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sweep"]:  # its own parser and error handling, imported only here (cli/sweep.py)
+        from .sweep import main as sweep_main
+
+        return sweep_main(argv[1:], console)
     args = _parser().parse_args(argv)
     if getattr(args, "ray_address", None):
         os.environ["RAY_ADDRESS"] = args.ray_address
