@@ -15,8 +15,6 @@ from monkeybarrel.orchestrator.cli.main import main  # noqa: E402
 from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore  # noqa: E402
 from monkeybarrel.orchestrator.sweep.driver import on_ray, plan  # noqa: E402
 from monkeybarrel.orchestrator.sweep.spec import sweep_from_dict  # noqa: E402
-from monkeybarrel.samplers.base import Sampler  # noqa: E402
-from monkeybarrel.samplers.ray_pool import RaySampler  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +35,7 @@ def test_generators_are_wrapped_into_the_ray_backend_with_their_options():
     assert on_ray(wrapped, "auto").generators[0].options["address"] == "ray://head:10001"  # a ray generator keeps its own
 
 
-def test_ray_engines_are_shared_only_where_their_workers_sample_right():
+def test_one_ray_actor_pool_serves_points_with_other_sampling_settings():
     base = tiny_config(problems=2, samples=2, max_tokens=8)
     sweep = sweep_from_dict({"base": base, "axes": [{"zip": {
         "task.options.difficulty": [1, 2, 1], "generators[0].temperature": [0.0, 0.0, 1.5]}}]})
@@ -45,10 +43,8 @@ def test_ray_engines_are_shared_only_where_their_workers_sample_right():
     assert len({p.group for p in local}) == 1
     on_cluster = plan(sweep, ray_address="auto")
     groups = [p.group for p in on_cluster]
-    # RaySampler's workers keep the spec they started with: points with other sampling settings get their
-    # own actor pool, until RaySampler passes rebinds on to its workers
-    expected = 1 if RaySampler.rebind is not Sampler.rebind else 2
-    assert len(set(groups)) == expected and groups[0] == groups[1]
+    # tasks carry each point's spec to the workers (RaySampler.rebind): one actor pool for all three points
+    assert len(set(groups)) == 1
     assert {label for p in on_cluster for label in p.engines.values()} == {"smollm2-135m-instruct (ray: embedded)"}
 
 

@@ -91,8 +91,6 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                                                                  ("wait_s", args.retry_wait)) if v is not None})
     if retry.attempts < 1 or retry.wait_s < 0:
         raise ConfigError("--attempts must be >= 1 and --retry-wait >= 0")
-    if args.ray_address:
-        os.environ["RAY_ADDRESS"] = args.ray_address
     out = args.out or Path(os.environ.get("MONKEYBARREL_OUT", "runs")) / sweep.name
     result = run_sweep(sweep, out, ray_address=args.ray_address, retry=retry, show_progress=not args.no_progress,
                        dry_run=args.dry_run, echo=lambda line: console.print(line, highlight=False, markup=False))

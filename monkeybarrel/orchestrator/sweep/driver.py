@@ -37,9 +37,8 @@ from ...core.config import ConfigError, ExperimentConfig, GeneratorSpec, fingerp
 from ...core.files import TaskDataError
 from ...core.plugins import build_plugin
 from ...core.registry import UnknownNameError
-from ...samplers.base import SAMPLERS, Sampler
+from ...samplers.base import SAMPLERS
 from ...samplers.engine_pool import EnginePool, shared_engines
-from ...samplers.ray_pool import RaySampler
 from ..runner import run_experiment, stored_conflicts
 from ..stages.preflight import preflight
 from ..store.config_guard import ConfigConflictError
@@ -108,7 +107,7 @@ def plan(sweep: Sweep, ray_address: str | None = None) -> list[Planned]:
                 try:
                     key = sampler.engine_key()
                     item.engines[str(key)] = engine_label(spec)
-                    shares.append(_share_key(sampler, spec, key))
+                    shares.append(str(key))
                 finally:
                     sampler.close()
         except ConfigError as exc:
@@ -128,18 +127,6 @@ def engine_label(spec: GeneratorSpec) -> str:
     inner = spec.options.get("backend", "embedded") if spec.backend == "ray" else None
     model = Path(spec.model).name if spec.model.startswith(("/", ".", "~")) else spec.model
     return f"{model} ({spec.backend}{': ' + inner if inner else ''})"
-
-
-def _share_key(sampler: Sampler, spec: GeneratorSpec, key: Any) -> str:
-    """What must be equal for two points to share this engine.
-
-    A pooled sampler is rebound to each spec it serves; ``RaySampler`` (samplers/ray_pool.py) does
-    not pass a rebind on to its workers, which keep the spec they started with, so ray engines are
-    shared only between points with the same sampling settings (until RaySampler overrides ``rebind``).
-    """
-    if isinstance(sampler, RaySampler) and type(sampler).rebind is Sampler.rebind:
-        return f"{key}|{spec.model_dump_json(include=set(Sampler.SAMPLING_FIELDS) - {'num_samples'})}"
-    return str(key)
 
 
 def _disambiguate(planned: list[Planned]) -> None:
