@@ -98,8 +98,7 @@ class VLLMSampler(Sampler):
             **(engine_kwargs or {}),
         }
         self.chunk_requests, self.cpu_kvcache_gib = chunk_requests, cpu_kvcache_gib
-        self.gpu_seconds = 0.0
-        """GPU-seconds held while generating: wall time of ``generate`` x GPUs of the engine (0 on CPU)."""
+        self._held_s, self._held_since, self._gpus = 0.0, None, 0
         self.engine_start_s: float | None = None
         """Wall seconds the engine took to start (None until it has)."""
         self.attention_choice: tuple[str, str] | None = None
@@ -133,7 +132,14 @@ class VLLMSampler(Sampler):
         started = time.perf_counter()
         self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
         self.engine_start_s = round(time.perf_counter() - started, 3)
-        self._gpus = self._engine_gpus()
+        self._gpus, self._held_since = self._engine_gpus(), started
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds held: the engine's GPUs x wall seconds from the start of its start-up until it is closed
+        (0 on CPU), as a cluster bills them (Ray workers count the same way)."""
+        held = self._held_s + (time.perf_counter() - self._held_since if self._held_since is not None else 0.0)
+        return held * self._gpus
 
     def _prompt_text(self, request: SampleRequest) -> str:
         """The request's conversation as plain text (its sharing with others is what matters, not the template)."""
@@ -226,7 +232,6 @@ class VLLMSampler(Sampler):
             except Exception as exc:  # the step's problems become error candidates; the engine may go on
                 now = time.perf_counter()
                 elapsed, last = now - last, now
-                self.gpu_seconds += elapsed * self._gpus
                 with contextlib.suppress(Exception):
                     engine.abort_request(list(inflight), internal=True)
                 lost, inflight = list(inflight.values()), {}
@@ -238,7 +243,6 @@ class VLLMSampler(Sampler):
                 continue
             now = time.perf_counter()
             elapsed, last = now - last, now
-            self.gpu_seconds += elapsed * self._gpus
             samples = sum(len(inflight[o.request_id][1].sample_indices) for o in finished)
             for output in finished:
                 tag, request, spec = inflight.pop(output.request_id)
@@ -265,6 +269,7 @@ class VLLMSampler(Sampler):
         if self._llm is None:
             return
         llm, self._llm = self._llm, None
+        self._held_s, self._held_since = self._held_s + time.perf_counter() - self._held_since, None
         engine = getattr(llm, "llm_engine", None)
         shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
         if callable(shutdown):  # stops the engine-core processes now instead of at interpreter exit
