@@ -172,9 +172,12 @@ def main() -> None:
         stores = bases(Path(tmp), config)
         for number in range(args.trials):
             variant = rng.choice(sorted(stores))
-            trial = run_trial(stores[variant], Path(tmp) / f"trial-{number}", config, rng)
+            try:
+                trial = run_trial(stores[variant], Path(tmp) / f"trial-{number}", config, rng)
+            except Exception as exc:  # a crash is a failed trial, reported; the campaign goes on
+                trial = Trial([f"? ({type(exc).__name__}: {exc})"], [], ["crashed"], False, False)
             trials.append((variant, trial))
-            shutil.rmtree(Path(tmp) / f"trial-{number}")
+            shutil.rmtree(Path(tmp) / f"trial-{number}", ignore_errors=True)
             if not trial.passed:
                 print(f"trial {number} ({variant}) FAILED: damaged {trial.damaged}, found {trial.found}, "
                       f"clean after repair {trial.clean_after_repair}, complete after re-run {trial.complete_after_rerun}")

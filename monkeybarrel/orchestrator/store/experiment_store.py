@@ -224,12 +224,14 @@ class ExperimentStore:
         """Read Parquet files (page checksums verified); a file that cannot be read is named in a ``StoreError``."""
         try:
             return ds.dataset([str(p) for p in paths], schema=schema, format=_READ_FORMAT).to_table(columns=columns)
-        except READ_ERRORS as exc:
+        except Exception as exc:  # which file? (a damaged footer can make pyarrow raise nearly anything)
             for path in paths:
                 problem = scan_parquet(path)[1]
                 if problem is not None:
                     raise StoreError(f"{path}: {problem}; `monkeybarrel store repair {self.root}` sets the file "
                                      "aside (what it held is redone by the next run)") from None
+            if not isinstance(exc, READ_ERRORS):
+                raise
             raise StoreError(f"{paths[0].parent}: cannot read its Parquet files together ({one_line(exc)})") from None
 
     # ---- whole tables --------------------------------------------------------------------

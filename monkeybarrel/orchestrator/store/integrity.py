@@ -21,8 +21,9 @@ from .written import file_digest
 ROW_GROUP_ROWS = 10_000
 """Rows per Parquet row group: damage costs at most this many rows of a file (``store repair`` keeps the rest)."""
 WRITE_OPTIONS = {"compression": "zstd", "write_page_checksum": True, "row_group_size": ROW_GROUP_ROWS}
-READ_ERRORS = (pa.ArrowException, OSError)
-"""What pyarrow raises for a file it cannot read (truncated, corrupt pages, bad footer)."""
+READ_ERRORS = (pa.ArrowException, OSError, ValueError)
+"""What pyarrow raises for a file it cannot read (truncated, corrupt pages, bad footer; ``UnicodeDecodeError``
+for a damaged column name). The functions below count any exception while reading as damage."""
 
 
 def one_line(exc: BaseException) -> str:
@@ -43,7 +44,7 @@ def scan_parquet(path: Path, columns: list[str] | None = None) -> tuple[pa.Table
         schema = parquet.schema_arrow
         empty = schema.empty_table()
         return pa.concat_tables(kept) if kept else (empty.select(columns) if columns is not None else empty), None
-    except READ_ERRORS as exc:
+    except Exception as exc:  # whatever a damaged file makes the reader raise
         return None, one_line(exc)
 
 
@@ -51,13 +52,13 @@ def salvage_parquet(path: Path) -> tuple[pa.Table | None, int]:
     """``(the rows of every row group that still reads, rows lost)``; ``(None, 0)`` when the footer is gone."""
     try:
         parquet = pq.ParquetFile(path, page_checksum_verification=True)
-    except READ_ERRORS:
+    except Exception:
         return None, 0
     good, lost = [], 0
     for group in range(parquet.num_row_groups):
         try:
             good.append(parquet.read_row_group(group))
-        except READ_ERRORS:
+        except Exception:
             lost += parquet.metadata.row_group(group).num_rows
     return (pa.concat_tables(good) if good else None), lost
 

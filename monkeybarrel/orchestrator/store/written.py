@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import uuid
 from pathlib import Path
 
 LIST_NAME = "written.jsonl"
@@ -106,7 +107,7 @@ class WrittenFiles:
 
     def rewrite(self, entries: dict[str, tuple[str, int]]) -> None:
         """Replace the list by one entry per path (``{path: (digest, size)}``), atomically."""
-        tmp = self.path.with_name(f".{LIST_NAME}.new-{os.getpid()}")
+        tmp = self.path.with_name(f".tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}-{LIST_NAME}")  # a store temporary
         lines = [{"path": rel, "bytes": size, "sha256": digest} for rel, (digest, size) in sorted(entries.items())]
         with open(tmp, "wb") as handle:
             handle.write(b"".join(json.dumps(e).encode() + b"\n" for e in lines))
