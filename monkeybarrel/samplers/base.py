@@ -31,11 +31,16 @@ def wall_time_shares(batches: Iterable[list[Candidate]]) -> Iterator[list[Candid
     cost share, not a sample's latency.
     """
     last = time.perf_counter()  # a generator's body starts at the caller's first request
-    for batch in batches:
-        now = time.perf_counter()
-        share = (now - last) / max(len(batch), 1)
-        last = now
-        yield [dataclasses.replace(c, wall_time_s=share) for c in batch]
+    try:
+        for batch in batches:
+            now = time.perf_counter()
+            share = (now - last) / max(len(batch), 1)
+            last = now
+            yield [dataclasses.replace(c, wall_time_s=share) for c in batch]
+    finally:  # a caller that stops early (Ctrl-C, an error) closes the backend's generator now, not at GC
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 class Sampler(ABC):
