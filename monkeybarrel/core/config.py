@@ -220,7 +220,7 @@ class ExperimentConfig(_Strict):
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        return cls.from_dict(data if data is not None else {}, source=str(path))
+        return cls.from_dict(_experiment_mapping(data, path), source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (JSON/YAML serialisable)."""
@@ -231,6 +231,23 @@ class ExperimentConfig(_Strict):
 
     def generator_seed(self, generator: GeneratorSpec) -> int:
         return self.seed if generator.seed is None else generator.seed
+
+
+REQUIRED_FILE_KEYS = ("task", "generators")
+"""Keys every config file must give: a file without them (empty, only comments, ``{}``) describes no experiment."""
+
+
+def _experiment_mapping(data: Any, path: Path) -> Any:
+    """``data`` read from the config file ``path``, refused (ConfigError) when it names no task or generators."""
+    if data is None:
+        raise ConfigError(f"{path}: the config file is empty (or only comments); expected a mapping with at least "
+                          "`task:` (e.g. {name: gsm8k, path: test.jsonl}) and `generators:` (a list, e.g. "
+                          "[{id: smol, model: smollm2-135m-instruct, num_samples: 16}])")
+    missing = [key for key in REQUIRED_FILE_KEYS if isinstance(data, dict) and key not in data]
+    if missing:
+        raise ConfigError(f"{path}: required key(s) missing: {', '.join(missing)}; a config file names at least "
+                          "`task:` (which problems) and `generators:` (a list: which models sample them)")
+    return data
 
 
 def _format_validation_error(exc: ValidationError, source: str) -> str:

@@ -26,7 +26,7 @@ from ..samplers.base import Sampler
 from .stages.sample import (close_samplers, gpu_summary, run_sample_stage, start_samplers, sum_over_runs,
                             token_summary)
 from .stages.select import run_select_stage
-from .store.experiment_store import ExperimentStore, StoreError, atomic_write_bytes
+from .store.experiment_store import ExperimentStore, StoreError
 from .store.maintenance import compact_if_fragmented
 from .stages.verify import run_verify_stage
 
@@ -36,7 +36,7 @@ log = logging.getLogger("monkeybarrel")
 def open_store(config: ExperimentConfig, out_dir: str | Path, force: bool = False) -> tuple[ExperimentStore, dict[str, Any]]:
     """Open (or create) the store; the caller holds its ``RunLock``.
 
-    ``force`` first deletes what the store wrote (never other files; a non-store directory is refused).
+    ``force`` first deletes the files the store wrote (those ``written.jsonl`` lists, never others).
     Without it, a config is refused only where it differs in a key that produced stored results:
     the task's keys once problems are stored, a generator's once it has candidates. Runtime-only
     options (threads, batch sizes, concurrency) never count. A verifier whose keys changed loses its
@@ -121,8 +121,7 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
     samplers = start_samplers(config)  # Ray actors load their models while the task's data loads
     try:
         task, problems = preflight(config)  # data, plug-ins, models and servers are checked before the directory is touched
-        if force:
-            ExperimentStore.check_discardable(out_dir)
+        ExperimentStore.check_target(out_dir)  # a run writes into a new or empty directory or its own store only
         with RunLock(out_dir, "run"):
             return _run_locked(config, out_dir, force, show_progress, task, problems, began, samplers)
     finally:
@@ -195,7 +194,7 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
         last_run = manifest.get("runs", [{}])[-1] if manifest.get("runs") else {}
         costs["stage_gpu_s"] = {"sample": round(sum(gpu_summary([last_run]).values()), 3)}
     store.write_manifest(manifest)
-    atomic_write_bytes(store.root / "metrics.json", to_json(metrics).encode())
+    store.write_text("metrics.json", to_json(metrics))
     write_report(experiment, metrics, manifest)
     return metrics
 
@@ -205,10 +204,13 @@ def write_report(experiment: Experiment, metrics: dict[str, Any] | None = None,
     """(Re)build ``report.md``, ``coverage.png`` and ``report.html`` from the stored metrics."""
     metrics = experiment.metrics() if metrics is None else metrics
     manifest = experiment.manifest() if manifest is None else manifest
-    plot = plot_curves(metrics, experiment.directory / "coverage.png") if metrics else None
-    text = render_markdown(experiment.config.name, metrics, manifest, plot.name if plot else None)
+    store = experiment.store
+    with store.writing("coverage.png") as path:  # plots too are files the store lists (run --force removes them)
+        plot = plot_curves(metrics, path) if metrics else None
+    text = render_markdown(experiment.config.name, metrics, manifest, "coverage.png" if plot else None)
     equal_compute = metrics.get("equal_compute", {}) if metrics else {}
-    allocation_plot = plot_equal_compute(equal_compute, experiment.directory / "allocation.png", experiment.config.name)
-    text += render_section(equal_compute, allocation_plot.name if allocation_plot else None)
+    with store.writing("allocation.png") as path:
+        allocation_plot = plot_equal_compute(equal_compute, path, experiment.config.name)
+    text += render_section(equal_compute, "allocation.png" if allocation_plot else None)
     write_html(experiment, metrics)
     return experiment.store.write_text("report.md", text)

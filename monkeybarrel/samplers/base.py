@@ -7,6 +7,7 @@ store them in chunks. A request that fails yields error candidates instead of ra
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import traceback
@@ -17,7 +18,29 @@ from ..core.config import GeneratorSpec
 from ..core.records import Candidate, Problem
 from ..core.sampling import SAMPLERS, SampleRequest, request_seed
 
-__all__ = ["SAMPLERS", "SampleRequest", "Sampler", "request_seed"]
+__all__ = ["SAMPLERS", "SampleRequest", "Sampler", "request_seed", "wall_time_shares"]
+
+
+def wall_time_shares(batches: Iterable[list[Candidate]]) -> Iterator[list[Candidate]]:
+    """Yield ``batches`` with each candidate's ``wall_time_s`` set to its share of the sampler's wall time.
+
+    The seconds from the first request for a batch (or from the previous yield) to a yield are split
+    evenly over the candidates yielded then. Over one ``sample`` call the column therefore sums to the
+    call's wall time (model loading and the caller's writes between yields included), however the
+    backend overlaps its work (several problems in one decode batch, concurrent HTTP requests): a
+    cost share, not a sample's latency.
+    """
+    last = time.perf_counter()  # a generator's body starts at the caller's first request
+    try:
+        for batch in batches:
+            now = time.perf_counter()
+            share = (now - last) / max(len(batch), 1)
+            last = now
+            yield [dataclasses.replace(c, wall_time_s=share) for c in batch]
+    finally:  # a caller that stops early (Ctrl-C, an error) closes the backend's generator now, not at GC
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 class Sampler(ABC):
@@ -72,8 +95,12 @@ class Sampler(ABC):
     def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
         """Yield the candidates of each request, in completion order; failures become error candidates.
 
-        Backends that batch across requests override this.
+        Backends that batch across requests override this (and set ``wall_time_s`` with
+        :func:`wall_time_shares`, so it means the same for every backend).
         """
+        return wall_time_shares(self._each(requests))
+
+    def _each(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
         for request in requests:
             started = time.perf_counter()
             try:

@@ -42,7 +42,7 @@ from typing import Any, Iterable, Iterator
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate
-from .base import SAMPLERS, SampleRequest, Sampler
+from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
 
 ENGINE_ROWS = {"vllm": 1024, "embedded": 64, "openai": 64}
 """Sequences an inner backend decodes at once by default (vLLM's ``max_num_seqs`` on a 80 GB GPU, the
@@ -310,7 +310,12 @@ class RaySampler(Sampler):
         return [c for batch in self.sample([request]) for c in batch]
 
     def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
-        """Yield candidates as workers produce them (one list per request or part of a request)."""
+        """Yield candidates as workers produce them (one list per request or part of a request); each
+        candidate's ``wall_time_s`` is its share of this call's wall time (``wall_time_shares``: the
+        workers' own figures overlap)."""
+        return wall_time_shares(self._gather(requests))
+
+    def _gather(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
         import ray
         from ray.exceptions import RayActorError
 

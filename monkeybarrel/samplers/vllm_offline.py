@@ -35,7 +35,7 @@ from ..core.config import GeneratorSpec
 from ..core.models import resolve_model
 from ..core.records import Candidate
 from ..kernels import vllm_plugin
-from .base import SAMPLERS, SampleRequest, Sampler
+from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
 
 ATTENTION_CHOICES = ("auto", "monkeybarrel", "vllm")
 MIN_SHARING = 2.0
@@ -183,8 +183,11 @@ class VLLMSampler(Sampler):
 
         The engine is started first: an engine that cannot start stops the run (nothing is recorded);
         a request whose prompt cannot be built, or an engine step that fails, becomes error candidates.
+        Each candidate's ``wall_time_s`` is its share of the call's wall time (``wall_time_shares``).
         """
-        requests = list(requests)
+        return wall_time_shares(self._serve_all(list(requests)))
+
+    def _serve_all(self, requests: list[SampleRequest]) -> Iterator[list[Candidate]]:
         self.load(requests)
         feed = deque((None, request, self.spec) for request in requests)
         for _, candidates in self.serve(lambda block: feed.popleft() if feed else None, lambda: not feed):
@@ -198,8 +201,7 @@ class VLLMSampler(Sampler):
         idle, so it may wait for one); ``exhausted()`` says no item will come any more. Up to
         ``chunk_requests`` problems are in the engine at once: a new one is admitted as soon as one
         finishes, so the engine's batch never drains between chunks, and each problem's candidates
-        come back the moment its last sample ends. Each step's wall time is shared among the samples
-        that finish in it, so the candidates' ``wall_time_s`` add up to the time spent serving.
+        come back the moment its last sample ends (``wall_time_s`` 0: callers share their wall time out).
         ``spec`` gives the request's sampling settings and generator id (a shared engine serves several).
         """
         from vllm.sampling_params import RequestOutputKind
@@ -207,7 +209,6 @@ class VLLMSampler(Sampler):
         self.load()
         engine = self.llm.llm_engine
         inflight: dict[str, tuple[Any, SampleRequest, GeneratorSpec]] = {}
-        last = time.perf_counter()
         while True:
             while len(inflight) < self.chunk_requests:
                 item = take(not inflight)
@@ -230,25 +231,18 @@ class VLLMSampler(Sampler):
             try:
                 outputs = engine.step()
             except Exception as exc:  # the step's problems become error candidates; the engine may go on
-                now = time.perf_counter()
-                elapsed, last = now - last, now
                 with contextlib.suppress(Exception):
                     engine.abort_request(list(inflight), internal=True)
                 lost, inflight = list(inflight.values()), {}
                 for tag, request, spec in lost:
-                    yield tag, self.failed(request, exc, elapsed / len(lost), spec)
+                    yield tag, self.failed(request, exc, 0.0, spec)
                 continue
-            finished = [o for o in outputs if o.finished and o.request_id in inflight]
-            if not finished:
-                continue
-            now = time.perf_counter()
-            elapsed, last = now - last, now
-            samples = sum(len(inflight[o.request_id][1].sample_indices) for o in finished)
-            for output in finished:
-                tag, request, spec = inflight.pop(output.request_id)
-                yield tag, self._candidates(request, output, elapsed / max(samples, 1), spec)
+            for output in outputs:
+                if output.finished and output.request_id in inflight:
+                    tag, request, spec = inflight.pop(output.request_id)
+                    yield tag, self._candidates(request, output, spec)
 
-    def _candidates(self, request: SampleRequest, output, share_s: float, spec: GeneratorSpec) -> list[Candidate]:
+    def _candidates(self, request: SampleRequest, output, spec: GeneratorSpec) -> list[Candidate]:
         completions = sorted(output.outputs, key=lambda c: c.index)
         candidates = []
         for index, completion in zip(request.sample_indices, completions):
@@ -258,7 +252,7 @@ class VLLMSampler(Sampler):
                 problem_id=request.problem.problem_id, generator_id=spec.id, sample_index=index,
                 text=completion.text, prompt_tokens=len(output.prompt_token_ids or ()),
                 completion_tokens=len(completion.token_ids), finish_reason="error" if failed else reason,
-                wall_time_s=share_s, seed=request.seed, error=f"vLLM finish_reason {reason!r}" if failed else None))
+                seed=request.seed, error=f"vLLM finish_reason {reason!r}" if failed else None))
         if len(candidates) < len(request.sample_indices):
             missing = SampleRequest(request.problem, request.sample_indices[len(candidates):], request.seed)
             candidates += self.failed(missing, RuntimeError("vLLM returned fewer completions than asked"), 0.0, spec)

@@ -176,11 +176,11 @@ def _run_command(args: argparse.Namespace) -> int:
         if args.action == "check":
             health = check(args.directory)
             for line in health.lines():
-                console.print(line, highlight=False, markup=False)
+                console.print(line, highlight=False, markup=False, soft_wrap=True)  # one line per finding
             return 1 if health.problems else 0
         for line in (repair(args.directory) if args.action == "repair" else
                      [f"{kind}: {before} chunk(s) -> {after}" for kind, (before, after) in compact(args.directory).items()]):
-            console.print(line, highlight=False, markup=False)
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
         return 0
     if args.command == "demo":
         data = ExperimentConfig.from_yaml(demo_config_path()).to_dict()
