@@ -106,10 +106,10 @@ def test_execution_matrix_runs_each_distinct_pair_once():
     verifier._sandbox = CountingSandbox(max_workers=2)
     programs = ["def f(x):\n    return x + 1\n", "def f(x):\n    return x * 2\n", "def f(x):\n    return x + 1\n"]
     tests = ["assert f(1) == 2", "assert f(2) == 4", "assert f(0) == 0"]
-    matrix = verifier.execution_matrix(programs, tests)
+    matrix = verifier.execution_matrix(programs, tests, "f")
     assert matrix.tolist() == [[True, False, False], [True, True, True], [True, False, False]]
     assert CountingSandbox.runs == 6  # 2 distinct programs x 3 tests
-    verifier.execution_matrix(programs[:1], tests)
+    verifier.execution_matrix(programs[:1], tests, "f")
     assert CountingSandbox.runs == 6  # cached
     verifier.close()
 

