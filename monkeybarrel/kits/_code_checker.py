@@ -20,14 +20,12 @@ kills or stops the checker, or prints anything only makes the run fail: the toke
 environment variable and no memory the candidate can read.
 """
 
-import base64
 import builtins
 import ctypes
 import json
 import os
 import signal
 import sys
-import traceback
 import types
 
 CANDIDATE_FILE = "candidate.py"
@@ -53,7 +51,7 @@ def encode(value, depth=0):
     if isinstance(value, complex):
         return {"c": [value.real, value.imag]}
     if isinstance(value, (bytes, bytearray)):
-        return {"b" if isinstance(value, bytes) else "ba": base64.b64encode(bytes(value)).decode()}
+        return {"b" if isinstance(value, bytes) else "ba": bytes(value).hex()}
     if isinstance(value, list):
         return [encode(item, depth + 1) for item in value]
     if isinstance(value, tuple):
@@ -81,11 +79,22 @@ def decode(node, depth=0):
         if tag == "d" and type(body) is list and all(type(p) is list and len(p) == 2 for p in body):
             return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
         if tag in ("b", "ba") and type(body) is str:
-            data = base64.b64decode(body)
+            try:
+                data = bytes.fromhex(body)
+            except ValueError:
+                raise CandidateError("the candidate process sent malformed bytes") from None
             return data if tag == "b" else bytearray(data)
         if tag == "c" and type(body) is list and len(body) == 2 and all(type(x) in (int, float) for x in body):
             return complex(*body)
     raise CandidateError("the candidate process sent a malformed value")
+
+
+def print_exception():
+    """The current exception's traceback on stderr (``traceback`` is imported only when a test fails)."""
+    import traceback
+
+    traceback.print_exc()
+    sys.stderr.flush()
 
 
 def send(fd, message):
@@ -134,7 +143,7 @@ def candidate_process(entry_point, calls_fd, answers_fd, go_fd):
         exec(compile(source, CANDIDATE_FILE, "exec"), module.__dict__)
     except BaseException as exc:  # a module that does not load: every call reports it
         load_error = f"{type(exc).__name__}: {exc}"[:2000]
-        traceback.print_exc()
+        print_exception()
     else:
         load_error = None
     calls = Lines(calls_fd)
@@ -223,8 +232,7 @@ def main():
         if spec["call_check"]:
             namespace["check"](candidate)
     except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
+        print_exception()
         os.kill(pid, signal.SIGKILL)
         os._exit(1)
     os.kill(pid, signal.SIGKILL)

