@@ -93,7 +93,7 @@ def swe_forgeries(ids: list[str]) -> dict[str, str]:
             f"import os, signal\nos.write(1, b'{passed}')\nos.kill(os.getpid(), signal.SIGKILL)\n"),
         "a guessed token with an all-passed report on every fd": (
             f"import json, os, secrets\nfor _fd in range(64):\n    try:\n"
-            f"        os.write(_fd, ('\\n' + secrets.token_hex(16) + ' ' + json.dumps({report}) + '\\n').encode())\n"
+            f"        os.write(_fd, ('\\n' + secrets.token_hex(32) + ' ' + json.dumps({report}) + '\\n').encode())\n"
             "    except OSError:\n        pass\n"),
         "conftest hook reports every test passed": "CONFTEST",
     }
@@ -134,7 +134,7 @@ def test_generated_test_votes_cannot_be_forged(instances, pool):
     source = repo_files(inst, pattern=path)[path]
     stealer = ("import glob, os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
                "        end = time.time() + 40\n        while time.time() < end:\n"
-               "            for path in glob.glob('/tmp/.mb-sealed-*'):\n                try:\n"
+               "            for path in glob.glob('/tmp/.mb-sealed-*/sealed'):\n                try:\n"
                "                    token = open(path).read().split(chr(10))[0]\n                except OSError:\n"
                "                    continue\n                for out in glob.glob('/proc/[0-9]*/fd/1'):\n"
                "                    try:\n                        open(out, 'w').write(chr(10) + token + ' 0' + chr(10))\n"

@@ -7,7 +7,7 @@ Two processes, so the candidate's code never shares one with the tests:
   first forks the *candidate* process, then takes the sealed input (the run's token and, as JSON, the
   visible code prompt, the hidden tests, the entry point), starts the candidate, runs the prompt and
   the tests in a namespace of its own with the entry point bound to a proxy, and - only when every
-  assertion passed - writes ``<token> passed`` to its stdout;
+  assertion passed - writes ``attest(token, "passed")`` to its stdout;
 * the *candidate* process closes every way back into the checker (the sealed channel, the checker's
   pipe ends, stdout: its prints go to stderr), waits for the start signal, loads ``candidate.py`` as
   a module and answers calls: arguments in, return value (or exception name and message) out.
@@ -236,7 +236,7 @@ def main():
         os.kill(pid, signal.SIGKILL)
         os._exit(1)
     os.kill(pid, signal.SIGKILL)
-    os.write(1, f"{token} passed\n".encode())
+    os.write(1, attest(token, "passed").encode())  # noqa: F821 - defined by the sealed reader
     os._exit(0)
 
 

@@ -5,8 +5,14 @@ the harness scripts that need it, see ``sealed.py``; not imported by the package
 from its start and truncated to nothing, a file (``file:PATH``) is read and unlinked. Call it before
 any untrusted code exists in the run: afterwards no process of the run, nor any process that
 reopens the channel through ``/proc``, can read the token again.
+
+``attest(token, verdict)`` is the line to write for the host: the verdict after its HMAC-SHA256
+under the token. The token itself is never written, so a process that reads the line back out of
+the output pipe learns nothing it could use to write another verdict.
 """
 
+import hashlib
+import hmac
 import os
 
 SEALED_ENV = "MONKEYBARREL_SEALED"
@@ -35,3 +41,8 @@ def take_sealed():
         raise RuntimeError(f"no sealed input (${SEALED_ENV} is {where!r})")
     token, _, payload = data.partition(b"\n")
     return token.decode("ascii"), payload
+
+
+def attest(token, verdict):
+    mac = hmac.new(token.encode("ascii"), verdict.encode("utf-8"), hashlib.sha256).hexdigest()
+    return f"\n{mac} {verdict}\n"

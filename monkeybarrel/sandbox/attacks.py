@@ -124,7 +124,8 @@ _TOKENS = {
         "            pass\n    os._exit(0)\n"),
     "print 2000 guessed tokens": (
         "import os, secrets, uuid, sys\ndef ENTRY(*args, **kwargs):\n    for _ in range(1000):\n"
-        "        print(secrets.token_hex(16), 'passed')\n        print(uuid.uuid4().hex, 'passed', file=sys.stderr)\n"
+        "        print(secrets.token_hex(16), 'passed')\n        print(secrets.token_hex(32), 'passed')\n"
+        "        print(uuid.uuid4().hex, 'passed', file=sys.stderr)\n"
         "    sys.stdout.flush()\n    os._exit(0)\n"),
     "print tokens read from env, /proc and inherited fds": (
         "import glob, os, re, sys\nHEX = re.compile(rb'[0-9a-f]{32}')\n"

@@ -484,14 +484,18 @@ class DockerSession:
         by ``$MONKEYBARREL_SEALED``, unlinked by the harness), then ``script`` runs.
         """
         self.container.exec_run(["bash", "-c", _KILL_LEFTOVERS], demux=False)
-        token, path = new_token(), f"/tmp/.mb-sealed-{uuid.uuid4().hex}"
+        token, folder = new_token(), f".mb-sealed-{uuid.uuid4().hex}"
         buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
+        with tarfile.open(fileobj=buffer, mode="w") as tar:  # any image user may read and unlink it
             data = sealed_bytes(token, sealed)
-            info = tarfile.TarInfo(path.rsplit("/", 1)[1])
-            info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode = tarfile.DIRTYPE, 0o777
+            tar.addfile(info)
+            info = tarfile.TarInfo(f"{folder}/sealed")
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
             tar.addfile(info, io.BytesIO(data))
         self.container.put_archive("/tmp", buffer.getvalue())
+        path = f"/tmp/{folder}/sealed"
         prefix = self._write_files(dict(files or {}))
         result = self.container.exec_run(["timeout", "-k", "2", f"{timeout_s:g}", "bash", "-c", prefix + script],
                                          environment={SEALED_ENV: f"file:{path}"}, demux=False)

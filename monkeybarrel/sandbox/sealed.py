@@ -4,9 +4,11 @@ A program's exit status and output are the program's to choose, so a verdict ("t
 cannot come from them. Instead the host hands the run's *first reader* (a harness started before any
 untrusted code) a sealed input: a fresh random token followed by a payload (e.g. the hidden tests).
 The harness takes it (``_sealed_reader.take_sealed``, which destroys the channel), runs the untrusted
-code where it cannot reach the harness, and only when every check passed writes ``<token> <verdict>``
-to its stdout. The host accepts a verdict only on the line that carries the run's token; nothing
-else in the run ever knew the token, so no other process can write that line.
+code where it cannot reach the harness, and only when every check passed writes
+``attest(token, verdict)`` - the verdict after its HMAC-SHA256 under the token - to its stdout. The
+host accepts a verdict only on a line whose MAC checks; nothing else in the run ever knew the token,
+so no other process can write such a line, and one that reads it back out of the pipe can only
+repeat it (the token is never written).
 
 Channels (the environment variable ``MONKEYBARREL_SEALED`` names it): local runs get an unsealed
 memfd (``fd:N``, inherited down the wrapper chain; the reader truncates it, so reopening it through
@@ -17,7 +19,10 @@ memfd (``fd:N``, inherited down the wrapper chain; the reader truncates it, so r
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -47,17 +52,22 @@ def sealed_memfd(token: str, payload: bytes) -> int:
     return above_status_fd(fd)
 
 
+_ATTESTED = re.compile(r"([0-9a-f]{64}) ([^\n]*)")
+
+
 def split_verdict(stdout: str, token: str | None) -> tuple[str, str | None]:
-    """``(stdout without the token's line, the text after the token)``; the verdict is None when no
-    line carries ``token`` (or no token was issued). Text before the token on its line (something
-    else wrote into the same stream) does not matter: only the token's holder could write the token."""
+    """``(stdout without the attested line, the verdict)``; the verdict is None when no line carries a
+    valid HMAC under ``token`` (or no token was issued). Only the token's holder can write such a line;
+    one that read it back out of the pipe can only repeat it. Text before the MAC on its line (another
+    process wrote into the same stream) does not matter."""
     if token is None:
         return stdout, None
-    at = stdout.find(token)
-    if at < 0:
-        return stdout, None
-    start = stdout.rfind("\n", 0, at) + 1
-    end = stdout.find("\n", at)
-    end = len(stdout) if end < 0 else end
-    verdict = stdout[at + len(token):end].strip()
-    return stdout[:start] + stdout[end + 1:], verdict
+    key = token.encode("ascii")
+    for match in _ATTESTED.finditer(stdout):
+        mac, verdict = match.groups()
+        expected = hmac.new(key, verdict.encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
+        if hmac.compare_digest(mac, expected):
+            start = stdout.rfind("\n", 0, match.start()) + 1
+            end = match.end() + (1 if stdout[match.end():match.end() + 1] == "\n" else 0)
+            return stdout[:start] + stdout[end:], verdict
+    return stdout, None

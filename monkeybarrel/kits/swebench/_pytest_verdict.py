@@ -4,7 +4,7 @@ with ``-p`` before pytest imports anything of the repository).
 
 At import it takes the token (``$MONKEYBARREL_SEALED``, a file it unlinks); it records each test's
 outcome as pytest's ``-rA`` summary would name it (PASSED, FAILED, ERROR, SKIPPED, XFAIL, XPASS); at
-the end of the session it writes ``<token> <JSON {node id: status}>`` to the file descriptor
+the end of the session it writes ``attest(token, JSON {node id: status})`` to the file descriptor
 ``$MONKEYBARREL_VERDICT_FD`` (the command's own output). Printed summary lines, an early
 ``sys.exit``/``os._exit``, an ``atexit`` hook or a killed pytest leave no verdict, so every test
 counts as failed. The code under test shares this process: a patch written against this plugin
@@ -37,7 +37,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    line = f"\n{_TOKEN} {json.dumps(_STATUSES, sort_keys=True)}\n".encode()
+    line = attest(_TOKEN, json.dumps(_STATUSES, sort_keys=True)).encode()  # noqa: F821 - the sealed reader's
     fd = int(os.environ.get("MONKEYBARREL_VERDICT_FD", "1"))
     while line:
         line = line[os.write(fd, line):]

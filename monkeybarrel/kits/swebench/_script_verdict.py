@@ -6,7 +6,7 @@ It takes the run's token first, then executes the script as ``__main__``. The co
 script's own: 0 when it finishes, N when ``SystemExit(N)`` is raised *by the script's own code* (the
 innermost frame runs a code object compiled from the script), 1 for anything else - an exception, or
 a ``SystemExit`` raised inside the code under test (a patch that exits 0 on import votes for
-nothing). It writes ``<token> <code>`` and ends with ``os._exit`` (no ``atexit`` hook runs after it);
+nothing). It writes ``attest(token, code)`` and ends with ``os._exit`` (no ``atexit`` hook runs after it);
 ``os._exit`` inside the test leaves no verdict at all (an error). Code under test shares this process:
 a patch written against this runner could still forge, as with any in-process harness.
 """
@@ -53,7 +53,7 @@ def main():
             stream.flush()
         except Exception:
             pass
-    os.write(1, f"\n{token} {status & 0xFF}\n".encode())
+    os.write(1, attest(token, str(status & 0xFF)).encode())  # noqa: F821 - the sealed reader's
     os._exit(status & 0xFF)
 
 
