@@ -19,9 +19,6 @@ is read-only, no new privileges can be gained, and the program runs as an unpriv
 import ctypes
 import json
 import os
-import platform
-import shutil
-import subprocess
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -81,21 +78,24 @@ def tmpfs(target, size, mode, owner=None):
 
 
 def copy_files(source, target, owner):
-    for name in os.listdir(source):
-        path, dest = os.path.join(source, name), os.path.join(target, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.copytree(path, dest, symlinks=True)
-        else:
-            shutil.copy2(path, dest, follow_symlinks=False)
-    if owner is not None:
-        for root, dirs, names in os.walk(target):
+    """The run's files (regular files in directories, written by the host) into ``target``, owned by ``owner``."""
+    for root, dirs, names in os.walk(source):
+        here = os.path.join(target, os.path.relpath(root, source))
+        for name in dirs:
+            os.mkdir(os.path.join(here, name), 0o755)
+        for name in names:
+            with open(os.path.join(root, name), "rb") as src, open(os.path.join(here, name), "wb") as dst:
+                dst.write(src.read())
+        if owner is not None:
             for name in dirs + names:
-                os.lchown(os.path.join(root, name), owner, owner)
+                os.lchown(os.path.join(here, name), owner, owner)
 
 
 def pivot(new_root, put_old):
-    number = PIVOT_ROOT.get(platform.machine())
+    number = PIVOT_ROOT.get(os.uname().machine)
     if number is None:
+        import subprocess
+
         subprocess.run(["pivot_root", new_root, put_old], check=True)
     else:
         check(LIBC.syscall(number, new_root.encode(), put_old.encode()), "pivot_root")

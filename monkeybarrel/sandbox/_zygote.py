@@ -29,7 +29,7 @@ import sys
 import time
 
 # modules most test programs import, loaded once here so each run's fork starts warm
-import collections, functools, itertools, math, re, string, typing, heapq, bisect, hashlib  # noqa: E401,F401
+import collections, functools, itertools, math, re, string, typing, heapq, bisect, hashlib, hmac  # noqa: E401,F401
 import runpy
 import traceback
 
