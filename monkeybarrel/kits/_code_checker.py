@@ -164,8 +164,9 @@ def candidate_process(entry_point, calls_fd, answers_fd, go_fd):
 class Candidate:
     """The checker's proxy for the candidate's entry point: each call is a round trip to its process."""
 
-    def __init__(self, pid, calls_fd, answers_fd):
+    def __init__(self, pid, calls_fd, answers_fd, name):
         self.pid, self.calls_fd, self.answers = pid, calls_fd, Lines(answers_fd)
+        self.__name__ = self.__qualname__ = name
 
     def __call__(self, *args, **kwargs):
         send(self.calls_fd, encode([list(args), kwargs]))
@@ -223,7 +224,7 @@ def main():
     os.write(go_w, b"g")
     os.close(go_w)
     sys.stdout = sys.stderr  # the tests' prints; the token goes to fd 1 directly
-    candidate = Candidate(pid, calls_w, answers_r)
+    candidate = Candidate(pid, calls_w, answers_r, entry_point)
     namespace = {"__name__": "__checker__", "__builtins__": builtins}
     try:
         exec(compile(spec["prelude"], "prompt.py", "exec"), namespace)

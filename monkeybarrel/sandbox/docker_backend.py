@@ -105,6 +105,8 @@ class DockerSandbox(Sandbox):
         env: extra environment variables.
         output_fifos: read stdout/stderr through FIFOs bind-mounted from this host (``"auto"``: when the
             daemon is reached through a unix socket, i.e. runs here); else through the exec's stream.
+            Pass False when the daemon does not share this file system (a socket forwarded into a
+            container, or from another host).
 
     Raises:
         ValueError: no daemon answers, or the image is missing (the message says how to fix it).
