@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ..core.config import ExperimentConfig
 from ..core.records import Problem, problems_from_table, problems_to_table
+from ..sandbox.base import LayerInfo, layers_mark, layers_used
 from ..tasks.base import Task
 from .report.accuracy_vs_k import accuracy_vs_k
 from .report.allocation import equal_compute_metrics, plot_equal_compute, render_section
@@ -118,21 +120,35 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
         An ``Experiment`` handle on the directory.
     """
     began = time.perf_counter()
+    mark = layers_mark()
     samplers = start_samplers(config)  # Ray actors load their models while the task's data loads
     try:
         task, problems = preflight(config)  # data, plug-ins, models and servers are checked before the directory is touched
+        announce_sandboxes(layers_used(mark), show_progress)
         ExperimentStore.check_target(out_dir)  # a run writes into a new or empty directory or its own store only
         with RunLock(out_dir, "run"):
-            return _run_locked(config, out_dir, force, show_progress, task, problems, began, samplers)
+            return _run_locked(config, out_dir, force, show_progress, task, problems, began, samplers, mark)
     finally:
         close_samplers(samplers)
 
 
+def announce_sandboxes(layers: list[LayerInfo], show_progress: bool) -> None:
+    """One line per sandbox layer the run uses: a warning when it lacks protections."""
+    for layer in layers:
+        if layer.lacks:
+            log.warning("%s", layer.line())
+        elif show_progress:
+            print(layer.line(), file=sys.stderr)
+        else:
+            log.info("%s", layer.line())
+
+
 def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show_progress: bool, task: Task,
-                problems: list[Problem], began: float, samplers: dict[str, Sampler]) -> Experiment:
+                problems: list[Problem], began: float, samplers: dict[str, Sampler], mark: int = 0) -> Experiment:
     store, manifest = open_store(config, out_dir, force)
     store.write_text("config.yaml", config.to_yaml())
-    run_record: dict[str, Any] = {"started": now(), "config_hash": manifest.get("config_hash")}
+    run_record: dict[str, Any] = {"started": now(), "config_hash": manifest.get("config_hash"),
+                                  "sandbox": [layer.as_dict() for layer in layers_used(mark)]}
     manifest.setdefault("runs", []).append(run_record)
     manifest["package_versions"] = package_versions()
     store.write_manifest(manifest)
@@ -156,6 +172,7 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
     stage_times["label"] = time.perf_counter() - began
     compact_if_fragmented(store)
 
+    run_record["sandbox"] = [layer.as_dict() for layer in layers_used(mark)]
     experiment = Experiment(store.root)
     began = time.perf_counter()
     evaluate_and_report(experiment, stage_times=stage_times, manifest=manifest, began=began)
