@@ -25,7 +25,8 @@ from rich.table import Table
 
 from ..report.markdown import pct
 from ..stages.evaluate import to_json
-from ..store.experiment_store import StoreError, atomic_write_bytes
+from ...core.files import atomic_write_bytes
+from ..store.experiment_store import StoreError
 from .curves import BUDGET_NAMES, BUDGETS, PointCurves, add_coverage, model_params, read_point
 from .frontier import best_at, budget_grid, pareto
 from .manifest import MANIFEST, read_manifest
