@@ -27,7 +27,7 @@ from ..report.markdown import pct
 from ..stages.evaluate import to_json
 from ...core.files import atomic_write_bytes
 from ..store.experiment_store import StoreError
-from .curves import BUDGET_NAMES, BUDGETS, PointCurves, add_coverage, model_params, read_point
+from .curves import BUDGET_NAMES, BUDGETS, PointCurves, add_coverage, read_point
 from .frontier import best_at, budget_grid, pareto
 from .manifest import MANIFEST, read_manifest
 from .report_plot import plot_report
