@@ -44,7 +44,7 @@ def write_precomputed(out_dir: str | Path, config: ExperimentConfig, problems: S
     store = ExperimentStore(out_dir)
     if out_dir.exists() and (out_dir / "manifest.json").exists():
         if not force:
-            raise StoreError(f"{out_dir}: holds a store; pass force=True (--force) to replace it")
+            raise StoreError(f"{out_dir}: not empty (it holds a store); pass force=True (--force) to replace it")
         store.discard()  # exactly the files the store wrote
     n = len(keys)
     store.write_text("config.yaml", config.to_yaml())
