@@ -1,0 +1,35 @@
+"""Which exceptions are the user's to fix (one line, exit 2) and how they read; quiet dependency warnings."""
+
+from __future__ import annotations
+
+import warnings
+
+
+def user_message(exc: BaseException) -> str | None:
+    """The one-line message for an error in the user's input or environment; None for a bug."""
+    from ...core.config import ConfigError
+    from ...core.files import TaskDataError
+    from ...core.registry import UnknownNameError
+    from ..store.config_guard import ConfigConflictError
+    from ..store.experiment_store import StoreError
+
+    if isinstance(exc, (ConfigError, ConfigConflictError, TaskDataError, StoreError, UnknownNameError)):
+        return str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        where = getattr(exc, "filename", None)
+        return f"{where or 'input'}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, IsADirectoryError):
+        return f"{exc.filename}: is a directory, expected a file"
+    if isinstance(exc, NotADirectoryError):
+        return f"{exc.filename}: is a file, expected a directory"
+    if isinstance(exc, OSError):  # missing files, permissions, full disks, models that cannot load
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        return f"{where}{exc.strerror or exc}"
+    return None
+
+
+def quiet_dependency_warnings() -> None:
+    """No FutureWarning / DeprecationWarning of a dependency in normal output (ours still show)."""
+    for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+        warnings.filterwarnings("default", category=category, module=r"monkeybarrel(\.|$)")
