@@ -35,9 +35,9 @@ class Registry(Generic[T]):
         lazy: optional ``name -> "module:attr"`` map of built-ins imported only when asked for.
         package: a package whose modules register built-ins with ``@REGISTRY.register("name")``.
             Their sources are read (not imported) on the first lookup that misses, and only the
-            module that registers the name asked for is imported; a module that registers names
-            some other way is found by importing the whole package, the last resort before
-            entry points. So looking up ``majority`` never imports ``weaver`` or scikit-learn.
+            module that registers the name asked for is imported: looking up ``majority`` never
+            imports ``weaver`` or scikit-learn, and an unknown name is refused without importing
+            any. (A built-in must register with that literal form to be found.)
         variable: the module-level name of this registry in those sources (default: the plural of
             ``kind`` in capitals, ``VERIFIERS`` for ``verifier``); other registries' decorators in the
             same package (``@EMBEDDERS.register`` beside the selectors) are not this one's.
@@ -48,7 +48,6 @@ class Registry(Generic[T]):
         self.kind = kind
         self.package = package
         self.variable = variable or kind.upper() + ("ES" if kind.endswith(("s", "x")) else "S")
-        self._package_scanned = False
         self._sources: dict[str, str] | None = None  # name -> module, from the package's sources
         self._entries: dict[str, Callable[..., T]] = {}
         self._lazy: dict[str, str] = dict(lazy or {})
@@ -78,8 +77,6 @@ class Registry(Generic[T]):
             self._entries.setdefault(name, factory)
         if name not in self._entries and name in self._source_index():
             import_module(self._source_index()[name])
-        if name not in self._entries and name not in self._lazy:
-            self._scan_package()
         if name not in self._entries and name not in self._lazy:
             self._load_entry_points()
         if name not in self._entries and name in self._lazy:
@@ -119,13 +116,6 @@ class Registry(Generic[T]):
                         if variable == self.variable:
                             self._sources.setdefault(name, module)
         return self._sources
-
-    def _scan_package(self) -> None:
-        if self._package_scanned or self.package is None:
-            return
-        self._package_scanned = True
-        for module in self._modules():
-            import_module(module)
 
     def _load_entry_points(self) -> None:
         if self._entry_points_loaded:

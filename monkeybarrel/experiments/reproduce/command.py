@@ -8,8 +8,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ...orchestrator.store.config_guard import ConfigConflictError
-from ...orchestrator.store.experiment_store import StoreError
 from ..hub import DataUnavailableError
 from . import all_recipes
 from .base import print_comparison, write_outputs
@@ -38,9 +36,14 @@ def reproduce(name: str, data: str | None, out: Path | None, console: Console) -
     try:
         result = recipe.run(data, out)
     except DataUnavailableError as exc:
-        print(f"error: {recipe.name}: {exc}\n(--data takes {recipe.data_help})", file=sys.stderr)
+        print(f"error: {recipe.name}: {exc} (--data takes {recipe.data_help})", file=sys.stderr)
         return 2
-    except (ValueError, KeyError, StoreError, ConfigConflictError) as exc:  # schema errors name the file, row and field
+    except (ValueError, KeyError, RuntimeError) as exc:  # schema errors name the file, row and field
+        from ...orchestrator.store.config_guard import ConfigConflictError
+        from ...orchestrator.store.experiment_store import StoreError
+
+        if not isinstance(exc, (ValueError, KeyError, StoreError, ConfigConflictError)):
+            raise
         print(f"error: {recipe.name}: {exc}", file=sys.stderr)
         return 2
     print_comparison(result, console)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
+
+USER_ERRORS = ("monkeybarrel.core.config:ConfigError", "monkeybarrel.core.files:TaskDataError",
+               "monkeybarrel.core.registry:UnknownNameError", "monkeybarrel.orchestrator.store.config_guard:ConfigConflictError",
+               "monkeybarrel.orchestrator.store.experiment_store:StoreError")
+"""Errors whose message is the whole story (file, line or key, and what was expected)."""
+
+
+def _loaded(reference: str) -> type | None:
+    """The class ``module:name`` if its module was imported (an exception of a class never imported was not raised)."""
+    module, _, name = reference.partition(":")
+    return getattr(sys.modules.get(module), name, None)
 
 
 def user_message(exc: BaseException) -> str | None:
     """The one-line message for an error in the user's input or environment; None for a bug."""
-    from ...core.config import ConfigError
-    from ...core.files import TaskDataError
-    from ...core.registry import UnknownNameError
-    from ..store.config_guard import ConfigConflictError
-    from ..store.experiment_store import StoreError
-
-    if isinstance(exc, (ConfigError, ConfigConflictError, TaskDataError, StoreError, UnknownNameError)):
+    if isinstance(exc, tuple(filter(None, map(_loaded, USER_ERRORS)))):
         return str(exc)
     if isinstance(exc, UnicodeDecodeError):
         where = getattr(exc, "filename", None)

@@ -14,10 +14,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ...core.config import ExperimentConfig
+
+    config = ExperimentConfig.from_yaml(args.config)  # a config that does not load is refused before the stages load
     from ..stages.preflight import preflight
     from .output import print_lines
 
-    config = ExperimentConfig.from_yaml(args.config)
     _, problems = preflight(config)
     print_lines([*config.to_yaml().splitlines(),
                  f"# ok: {len(problems)} problems; every generator, verifier and selector builds"])
