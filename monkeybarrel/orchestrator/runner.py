@@ -194,5 +194,5 @@ def write_report(experiment: Experiment, metrics: dict[str, Any] | None = None,
     equal_compute = metrics.get("equal_compute", {}) if metrics else {}
     allocation_plot = plot_equal_compute(equal_compute, experiment.directory / "allocation.png", experiment.config.name)
     text += render_section(equal_compute, allocation_plot.name if allocation_plot else None)
-    write_html(experiment, metrics)
+    write_html(experiment, metrics, text)
     return experiment.store.write_text("report.md", text)

@@ -23,6 +23,12 @@ COMMANDS = ("run", "demo", "report", "validate", "show", "compare", "export", "s
 """Subcommand modules of ``monkeybarrel.orchestrator.cli``, in ``--help`` order."""
 
 
+QUIET_DEPENDENCIES = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                      "TOKENIZERS_PARALLELISM": "false"}
+"""Environment defaults (a value the user set wins): transformers' advisories and weight-loading bars, the
+hub's download bars, and the tokenizers fork warning are not the experiment's output."""
+
+
 class _Version(argparse.Action):
     """``--version``: the installed distribution's version, looked up only when asked."""
 
@@ -55,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # dependencies' notices stay out of normal output
+    for variable, value in QUIET_DEPENDENCIES.items():  # dependencies' notices and bars stay out of normal output
+        os.environ.setdefault(variable, value)
     from .errors import quiet_dependency_warnings, user_message
 
     quiet_dependency_warnings()

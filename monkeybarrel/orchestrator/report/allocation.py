@@ -25,6 +25,7 @@ import pyarrow as pa
 from ...allocation.equal_compute import equal_compute_table, outcomes_from_selection
 from ...core.metrics import default_ks
 from ...core.selection_data import SelectionData
+from .coverage_plot import new_figure, save_figure
 
 MAX_CELLS_X_SAMPLES = 200_000
 """Above this a replay the user did not ask for is skipped (``benchmarks/allocation_replay.py`` does it)."""
@@ -129,13 +130,7 @@ def plot_equal_compute(equal_compute: dict[str, Any], path: Path, title: str = "
     rows = equal_compute.get("rows") if equal_compute else None
     if not rows:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), dpi=120, squeeze=False)
-    axes = axes[0]
+    fig, axes = new_figure(5 * len(panels), 4, ncols=len(panels))
     for ax, key in zip(axes, panels):
         label = PANELS.get(key, key)
         for name in dict.fromkeys(r["policy"] for r in rows if r["budget"] is not None):
@@ -155,8 +150,4 @@ def plot_equal_compute(equal_compute: dict[str, Any], path: Path, title: str = "
     axes[0].legend(fontsize=8, loc="best")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

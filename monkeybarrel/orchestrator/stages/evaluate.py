@@ -171,8 +171,6 @@ def verifier_quality(data: SelectionData, labels: np.ndarray) -> dict[str, dict[
     """Per verifier, against the labels (evaluation only): share of failed (NaN) scores, per-problem hits
     of picking each problem's top-scored candidate (``top1_hits``, ``[P]``), and AUROC over all
     candidates (None if one class)."""
-    from sklearn.metrics import roc_auc_score
-
     quality = {}
     for j, name in enumerate(data.verifiers):
         scores = data.scores[:, j]
@@ -182,9 +180,27 @@ def verifier_quality(data: SelectionData, labels: np.ndarray) -> dict[str, dict[
         quality[name] = {
             "failed": float(1 - finite.mean()),
             "top1_hits": selection_hits(chosen, labels).astype(np.float64),
-            "auroc": float(roc_auc_score(labels[finite], scores[finite])) if both_classes else None,
+            "auroc": auroc(labels[finite], scores[finite]) if both_classes else None,
         }
     return quality
+
+
+def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve (ties count one half): the Mann-Whitney U statistic from average ranks.
+
+    Args:
+        labels: ``[n]`` bool, both classes present.
+        scores: ``[n]`` finite floats.
+    """
+    order = np.argsort(scores, kind="stable")
+    ranked = scores[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    ends = np.r_[starts[1:], ranked.size]
+    ranks = np.empty(scores.size)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)  # 1-based average rank of each tie group
+    positives = int(labels.sum())
+    negatives = labels.size - positives
+    return float((ranks[labels].sum() - positives * (positives + 1) / 2.0) / (positives * negatives))
 
 
 LAW_TARGETS = (0.5, 0.9, 0.99)
