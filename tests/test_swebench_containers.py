@@ -53,7 +53,7 @@ def test_hostile_patches_are_contained_and_fail(instances, pool):
                                        f"    open(os.path.join(d, '{marker}'), 'w').write('x')\n")
     loop = inst.patch + added_file("conftest.py", "while True:\n    pass\n")
     network = inst.patch + added_file("conftest.py", "import urllib.request\n"
-                                                     "urllib.request.urlopen('http://pypi.org', timeout=5)\n")
+                                                     "urllib.request.urlopen('http://192.0.2.1', timeout=5)\n")
     traversal = ("diff --git a/../../../tmp/x b/../../../tmp/x\nnew file mode 100644\n--- /dev/null\n"
                  f"+++ b/../../../tmp/{marker}\n@@ -0,0 +1 @@\n+escaped\n")
     pairs = [(inst, p) for p in (delete_tests, escape, loop, network, traversal)]

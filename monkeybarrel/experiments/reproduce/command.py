@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from ..hub import DataUnavailableError
 from . import all_recipes
@@ -17,12 +17,13 @@ def reproduce(name: str, data: str | None, out: Path | None, console: Console) -
     """Exit status: 0 done, 2 unknown recipe / unusable data / hub unreachable (message on stderr)."""
     recipes = all_recipes()
     if name == "list":
-        table = Table(title="recipes (monkeybarrel reproduce NAME [--data PATH])")
-        for column in ("name", "reproduces", "released data", "--data"):
-            table.add_column(column)
-        for recipe in recipes.values():
-            table.add_row(recipe.name, f"{recipe.title}\n[dim]{recipe.paper}[/dim]", recipe.dataset, recipe.data_help)
-        console.print(table)
+        console.print("recipes: monkeybarrel reproduce NAME [--data PATH]", soft_wrap=True)
+        for recipe in recipes.values():  # one block per recipe: readable at any width, piped or not
+            console.print(f"\n[bold]{recipe.name}[/bold]  {recipe.title}", soft_wrap=False)
+            for label, text in (("paper", recipe.paper), ("data", recipe.dataset), ("--data", recipe.data_help)):
+                console.print(textwrap.fill(text, width=max(console.width, 40), initial_indent=f"  {label}: ",
+                                            subsequent_indent="      ", break_on_hyphens=False),
+                              markup=False, highlight=False, soft_wrap=True)
         return 0
     recipe = recipes.get(name)
     if recipe is None:

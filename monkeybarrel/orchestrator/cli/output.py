@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rich.console import Console
-from rich.table import Table
+
+from ..report.terminal import table
 
 _console: Console | None = None
 
@@ -21,33 +22,6 @@ def console() -> Console:
     if _console is None:
         _console = Console(highlight=False)
     return _console
-
-
-def table(columns: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[str] = ()) -> Table:
-    """A table whose first column is never wrapped or cut; the others fold when the terminal is narrow.
-
-    Args:
-        columns: headers; the first names the row (method, problem, metric, ...).
-        rows: cells as text (rich markup allowed).
-        right: headers of right-aligned (numeric) columns.
-    """
-    out = Table(pad_edge=False, box=None, header_style="bold", show_edge=False)
-    widest = max([len(columns[0]), *(len(_plain(row[0])) for row in rows)]) if columns else 0
-    for i, name in enumerate(columns):
-        if i == 0:
-            out.add_column(name, no_wrap=True, min_width=widest)
-        else:
-            out.add_column(name, justify="right" if name in right else "left", overflow="fold")
-    for row in rows:
-        out.add_row(*row)
-    return out
-
-
-def _plain(cell: str) -> str:
-    """The text a cell shows (markup removed)."""
-    from rich.text import Text
-
-    return Text.from_markup(cell).plain
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None,
