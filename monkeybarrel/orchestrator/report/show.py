@@ -62,7 +62,7 @@ def show(directory, problem_id: str | None = None, limit: int = 50, full_text: b
         console.print(table(["problem", "samples", "correct", "reference", *(codes[m] for m in methods)], rows,
                             right=["samples", "correct"]))
         if methods:
-            console.print("picks: " + ", ".join(f"{codes[m]} = {m}" for m in methods), soft_wrap=True, markup=False)
+            console.print("picks: " + ", ".join(f"{codes[m]} = {m}" for m in methods), markup=False)
         else:
             console.print("no selections stored yet: `monkeybarrel report DIR` writes them")
         return
@@ -87,7 +87,7 @@ def show(directory, problem_id: str | None = None, limit: int = 50, full_text: b
                      row["finish_reason"] or "", "".join(codes[m] for m in row["picked_by"]) or "·", _escape(text)])
     console.print(table(columns, rows, right=["#", *view.verifiers], one_line=["text"]))
     console.print("picked: " + ", ".join(f"{codes[m]} = {m}" for m in methods)
-                  + ("" if full_text else "; --full prints every text"), soft_wrap=True, markup=False)
+                  + ("" if full_text else "; --full prints every text"), markup=False)
     if full_text:
         for row in candidates:
             console.print(f"\n[bold]#{row['sample_index']}[/]" + (f" ({_escape(row['generator_id'])})" if several else ""))
