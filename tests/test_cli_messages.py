@@ -126,3 +126,22 @@ def test_swebench_parquet_with_wrong_columns_is_refused_from_its_schema(tmp_path
     not_parquet.write_text("instance_id,repo\n")
     err = one_line_error(capsys, ["reproduce", "swebench-verified", "--data", str(not_parquet)])
     assert f"{not_parquet}: not a readable Parquet file" in err
+
+
+def test_normal_output_has_no_dependency_warnings_or_bars(tmp_path):
+    """A real run on the embedded model (transformers, torch): stderr stays empty, even with warnings on."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import tiny_config
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(problems=1, samples=2, max_tokens=8,
+                                                 verifiers=[{"name": "len", "type": "length"}])))
+    env = {**os.environ, "PYTHONWARNINGS": "default"}  # every warning would show, once per place
+    done = subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.cli.main", "run", str(config), "--out",
+                           str(tmp_path / "out"), "--no-progress"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    assert "accuracy (%) against k" in done.stdout

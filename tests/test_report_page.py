@@ -141,7 +141,7 @@ def test_page_in_headless_chromium(reported):
         assert f"“{correct_id}” is hidden by the filter “incorrect” for majority" in notice.text
         notice.find_element(By.TAG_NAME, "button").click()
         assert view() == {"method": "majority", "problem": correct_id}
-        assert browser.find_element(By.CSS_SELECTOR, "#rows tr.open").get_attribute("data-id") == correct_id
+        assert browser.find_element(By.CSS_SELECTOR, "#rows tr[data-open]").get_attribute("data-id") == correct_id
         assert browser.find_element(By.ID, "notice").text == ""
         browser.get(f"{url}#problem=no-such-problem")
         assert "No problem “no-such-problem” in this experiment" in browser.find_element(By.ID, "notice").text

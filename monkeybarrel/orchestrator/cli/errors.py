@@ -24,10 +24,6 @@ def user_message(exc: BaseException) -> str | None:
     if isinstance(exc, UnicodeDecodeError):
         where = getattr(exc, "filename", None)
         return f"{where or 'input'}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-    if isinstance(exc, IsADirectoryError):
-        return f"{exc.filename}: is a directory, expected a file"
-    if isinstance(exc, NotADirectoryError):
-        return f"{exc.filename}: is a file, expected a directory"
     if isinstance(exc, OSError):  # missing files, permissions, full disks, models that cannot load
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         return f"{where}{exc.strerror or exc}"

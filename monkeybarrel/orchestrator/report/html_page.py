@@ -94,7 +94,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;max-width:75em}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
 .warn{background:#fff3cd;padding:.4em}.note,nav{color:#555}nav{margin:.3em 0 1em}
 .ok{color:#18794e;font-weight:bold}.bad{color:#c0392b;font-weight:bold}
-#problems tr.problem{cursor:pointer}#problems tr.problem:hover{background:#f3f6fa}#problems tr.open{background:#eef3fa}
+#problems tr.problem{cursor:pointer}#problems tr.problem:hover{background:#f3f6fa}#problems tr[data-open]{background:#eef3fa}
 pre{white-space:pre-wrap;max-width:60em;margin:0;font-size:12px}.picked{background:#eef6ff}
 .controls{margin:.6em 0}.controls button.on{background:#246;color:#fff}img{max-width:100%}
 #notice:empty{display:none}#notice{background:#fff3cd;padding:.4em;margin:.4em 0}
@@ -148,7 +148,7 @@ function render() {
     cell(tr, p.disagreement ? 'yes' : '');
     tr.onclick = () => { state.problem = state.problem === p.problem_id ? '' : p.problem_id; render(); };
     body.appendChild(tr);
-    if (p.problem_id === state.problem) { tr.classList.add('open'); tr.after(detail(p)); }
+    if (p.problem_id === state.problem) { tr.dataset.open = ''; tr.after(detail(p)); }
   }
   const whole = data.problems.length === data.total_problems;
   document.getElementById('count').textContent = `${shown} of ${data.problems.length} problems shown` +
@@ -158,7 +158,7 @@ function render() {
 }
 function announce() {
   notice.replaceChildren();
-  if (!state.problem || document.querySelector(`#rows tr.open`)) return;
+  if (!state.problem || document.querySelector('#rows tr[data-open]')) return;
   const p = data.problems.find(x => x.problem_id === state.problem);
   const say = text => notice.appendChild(document.createTextNode(text));
   if (!p) {
@@ -170,7 +170,7 @@ function announce() {
   const why = state.q && !p.problem_id.includes(state.q) ? `the search “${state.q}”` : `the filter “${state.filter}” for ${state.method}`;
   say(`Problem “${state.problem}” is hidden by ${why}. `);
   const b = document.createElement('button'); b.textContent = 'show it';
-  b.onclick = () => { state.filter = 'all'; state.q = ''; render(); document.querySelector('#rows tr.open')?.scrollIntoView(); };
+  b.onclick = () => { state.filter = 'all'; state.q = ''; render(); document.querySelector('#rows tr[data-open]')?.scrollIntoView(); };
   notice.appendChild(b);
 }
 function detail(p) {
@@ -196,7 +196,7 @@ search.oninput = () => { state.q = search.value.trim(); render(); };
 document.querySelectorAll('.controls button').forEach(b => b.onclick = () => { state.filter = b.dataset.filter; render(); });
 window.addEventListener('hashchange', () => { readHash(); render(); });
 readHash(); render();
-document.querySelector('#rows tr.open')?.scrollIntoView();
+document.querySelector('#rows tr[data-open]')?.scrollIntoView();
 """
 
 _PAGE = """<!doctype html>
