@@ -151,7 +151,10 @@ def to_json(metrics: dict[str, Any], compact: bool = False) -> str:
     """``metrics`` as strict JSON: NaN and infinities become null. ``compact``: no indentation, which also
     lets ``json`` use its C encoder (for large blobs such as report.html's data)."""
     if compact:
-        return json.dumps(_finite(metrics), allow_nan=False, separators=(",", ":"))
+        try:  # plain finite data (report.html's drill-down) goes straight to the C encoder
+            return json.dumps(metrics, allow_nan=False, separators=(",", ":"))
+        except (ValueError, TypeError):  # NaN / infinity, or numpy scalars: convert first
+            return json.dumps(_finite(metrics), allow_nan=False, separators=(",", ":"))
     return json.dumps(_finite(metrics), indent=2, allow_nan=False)
 
 
