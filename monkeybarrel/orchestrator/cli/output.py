@@ -32,11 +32,11 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: st
     console().print(table(columns, rows, right))
 
 
-def print_lines(lines: Sequence[str]) -> None:
-    """Plain lines (no markup, never re-wrapped: a long path stays one line)."""
+def print_lines(lines: Sequence[str], wrap: bool = False) -> None:
+    """Plain lines (no markup); not re-wrapped unless ``wrap`` (a long path stays one line)."""
     out = console()
     for line in lines:
-        out.print(line, markup=False, soft_wrap=True)
+        out.print(line, markup=False, soft_wrap=not wrap)
 
 
 def print_summary(metrics: dict[str, Any], directory: Path) -> None:
@@ -61,6 +61,9 @@ def print_summary(metrics: dict[str, Any], directory: Path) -> None:
     print_table(["method", "accuracy % [95% interval]", "uses labels"], rows,
                 f"selection with all samples (k = {max(metrics['ks']) if metrics['ks'] else '–'})",
                 right=["accuracy % [95% interval]"])
+    notes = [f"{name}: {note}" for name, info in selection.items() for note in info.get("notes", [])]
+    if notes:
+        print_lines([f"- {note}" for note in notes], wrap=True)
     if metrics.get("verifiers"):
         out.print()
         rows = [[name, pct(info.get("top1_accuracy")), "–" if info.get("auroc") is None else f"{info['auroc']:.2f}",
