@@ -23,10 +23,11 @@ COMMANDS = ("run", "demo", "report", "validate", "show", "compare", "export", "s
 """Subcommand modules of ``monkeybarrel.orchestrator.cli``, in ``--help`` order."""
 
 
-QUIET_DEPENDENCIES = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+QUIET_DEPENDENCIES = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1",
                       "TOKENIZERS_PARALLELISM": "false"}
-"""Environment defaults (a value the user set wins): transformers' advisories and weight-loading bars, the
-hub's download bars, and the tokenizers fork warning are not the experiment's output."""
+"""Environment defaults (a value the user set wins): transformers' advisories, weight-loading and GGUF
+conversion bars (tqdm), the hub's download bars, and the tokenizers fork warning are not the experiment's
+output (ours are rich progress bars)."""
 
 
 class _Version(argparse.Action):
