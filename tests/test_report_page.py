@@ -152,3 +152,27 @@ def test_page_in_headless_chromium(reported):
         assert not browser.get_log("browser") or all(e["level"] != "SEVERE" for e in browser.get_log("browser"))
     finally:
         browser.quit()
+
+
+def test_equal_compute_replay_is_on_request_and_kept_while_the_samples_are_unchanged(tmp_path):
+    experiment, metrics = small_store(tmp_path / "s", problems=6, samples=4)
+    rows = metrics["equal_compute"]["rows"]
+    assert {r["policy"] for r in rows} >= {"uniform", "until_solved", "difficulty"}
+    kept = experiment.directory / "equal_compute.parquet"
+    stamp = kept.stat().st_mtime_ns
+    again = evaluate_and_report(experiment)  # not asked: the stored replay is reused, not recomputed
+    assert again["equal_compute"]["rows"] == rows and kept.stat().st_mtime_ns == stamp
+    assert "## Allocation at equal compute" in (experiment.directory / "report.md").read_text()
+    # other labels: the stored replay no longer applies, and a report not asked to replay says so
+    import pyarrow.compute as pc
+
+    labels = experiment.labels()
+    experiment.store.write_table("labels", labels.set_column(labels.schema.get_field_index("correct"), "correct",
+                                                              pc.invert(labels.column("correct"))))
+    experiment.refresh()
+    stale = evaluate_and_report(experiment)["equal_compute"]
+    assert "other samples or labels" in stale["skipped"] and "--equal-compute" in stale["skipped"]
+    fresh = small_store(tmp_path / "t", problems=6, samples=4)[0]
+    fresh.store.table_path("equal_compute").unlink()
+    fresh.refresh()
+    assert "not computed by default" in evaluate_and_report(fresh)["equal_compute"]["skipped"]
