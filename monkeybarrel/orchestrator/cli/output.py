@@ -61,9 +61,9 @@ def print_summary(metrics: dict[str, Any], directory: Path) -> None:
     print_table(["method", "accuracy % [95% interval]", "uses labels"], rows,
                 f"selection with all samples (k = {max(metrics['ks']) if metrics['ks'] else '–'})",
                 right=["accuracy % [95% interval]"])
-    notes = [f"{name}: {note}" for name, info in selection.items() for note in info.get("notes", [])]
+    notes = {name: len(info["notes"]) for name, info in selection.items() if info.get("notes")}
     if notes:
-        print_lines([f"- {note}" for note in notes], wrap=True)
+        print_lines(["notes in report.md: " + ", ".join(f"{name} ({count})" for name, count in notes.items())])
     if metrics.get("verifiers"):
         out.print()
         rows = [[name, pct(info.get("top1_accuracy")), "–" if info.get("auroc") is None else f"{info['auroc']:.2f}",
