@@ -6,6 +6,7 @@ wrap. Piped output has no colour and the width of ``$COLUMNS`` (80 when unset).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,15 +14,10 @@ from rich.console import Console
 
 from ..report.terminal import table
 
-_console: Console | None = None
-
-
+@lru_cache(maxsize=1)
 def console() -> Console:
     """The shared console (created on first use)."""
-    global _console
-    if _console is None:
-        _console = Console(highlight=False)
-    return _console
+    return Console(highlight=False)
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None,
@@ -32,11 +28,11 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: st
     console().print(table(columns, rows, right))
 
 
-def print_lines(lines: Sequence[str], wrap: bool = False) -> None:
-    """Plain lines (no markup); not re-wrapped unless ``wrap`` (a long path stays one line)."""
+def print_lines(lines: Sequence[str]) -> None:
+    """Plain lines (no markup, never re-wrapped: a long path stays one line)."""
     out = console()
     for line in lines:
-        out.print(line, markup=False, soft_wrap=not wrap)
+        out.print(line, markup=False, soft_wrap=True)
 
 
 def print_summary(metrics: dict[str, Any], directory: Path) -> None:
