@@ -78,6 +78,7 @@ def test_auroc_matches_scikit_learn_with_ties():
         labels[:2] = [True, False]
         scores = np.round(rng.normal(size=n) + labels, digits)
         assert auroc(labels, scores) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+        assert auroc(labels.astype(int), scores) == auroc(labels, scores)
 
 
 def _browser():

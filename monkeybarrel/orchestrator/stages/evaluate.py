@@ -192,9 +192,10 @@ def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
     """Area under the ROC curve (ties count one half): the Mann-Whitney U statistic from average ranks.
 
     Args:
-        labels: ``[n]`` bool, both classes present.
+        labels: ``[n]`` bool (or 0/1), both classes present.
         scores: ``[n]`` finite floats.
     """
+    labels = np.asarray(labels, dtype=bool)  # 0/1 integers too (never read as row indices)
     order = np.argsort(scores, kind="stable")
     ranked = scores[order]
     starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
