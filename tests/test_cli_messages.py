@@ -61,7 +61,7 @@ def test_directory_given_as_a_file(tmp_path, capsys):
     folder = tmp_path / "data.jsonl"
     folder.mkdir()
     config = tmp_path / "gsm.yaml"
-    config.write_text(yaml.safe_dump({"task": {"name": "gsm8k", "path": str(folder)}}))
+    config.write_text(yaml.safe_dump({"task": {"name": "gsm8k", "path": str(folder)}, "generators": [{"id": "g"}]}))
     err = one_line_error(capsys, ["validate", str(config)])
     assert f"{folder}: is a directory, expected a .jsonl or .parquet file" in err
 
@@ -72,7 +72,8 @@ def test_data_paths_in_a_config_are_relative_to_its_folder(tmp_path, monkeypatch
     (project / "data" / "test.jsonl").write_text('{"question": "What is 2 + 3?", "answer": "2 + 3 = 5\\n#### 5"}\n')
     (project / "configs").mkdir()
     config = project / "configs" / "gsm.yaml"
-    config.write_text(yaml.safe_dump({"task": {"name": "gsm8k", "path": "../data/test.jsonl", "num_problems": 1}}))
+    config.write_text(yaml.safe_dump({"task": {"name": "gsm8k", "path": "../data/test.jsonl", "num_problems": 1},
+                                      "generators": [{"id": "g"}]}))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -83,7 +84,7 @@ def test_data_paths_in_a_config_are_relative_to_its_folder(tmp_path, monkeypatch
     absolute = ExperimentConfig.from_dict({"task": {"name": "gsm8k", "path": "data/test.jsonl"}})
     assert absolute.task.path == "data/test.jsonl"  # a dict (the Python API) is taken as given: the cwd
     missing = project / "configs" / "missing.yaml"
-    missing.write_text(yaml.safe_dump({"task": {"name": "gsm8k", "path": "nowhere.jsonl"}}))
+    missing.write_text(yaml.safe_dump({"task": {"name": "gsm8k", "path": "nowhere.jsonl"}, "generators": [{"id": "g"}]}))
     err = one_line_error(capsys, ["validate", str(missing)])
     assert str(project / "configs" / "nowhere.jsonl") in err  # the message shows where it looked
 

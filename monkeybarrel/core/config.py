@@ -220,10 +220,10 @@ class ExperimentConfig(_Strict):
                 a directory, not UTF-8, not YAML, or invalid keys (one line per key).
         """
         path = Path(path)
-        data = _read_yaml(path)
+        data = _experiment_mapping(_read_yaml(path), path)
         if isinstance(data, dict):
             data = _relative_to(data, path.parent)
-        return cls.from_dict(data if data is not None else {}, source=str(path))
+        return cls.from_dict(data, source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (JSON/YAML serialisable)."""
@@ -279,6 +279,23 @@ def _relative_to(data: dict[str, Any], folder: Path) -> dict[str, Any]:
             if not value.is_absolute():
                 value = Path(os.path.normpath(folder / value))
             data = {**data, section: {**part, key: str(value)}}
+    return data
+
+
+REQUIRED_FILE_KEYS = ("task", "generators")
+"""Keys every config file must give: a file without them (empty, only comments, ``{}``) describes no experiment."""
+
+
+def _experiment_mapping(data: Any, path: Path) -> Any:
+    """``data`` read from the config file ``path``, refused (ConfigError) when it names no task or generators."""
+    if data is None:
+        raise ConfigError(f"{path}: the config file is empty (or only comments); expected a mapping with at least "
+                          "`task:` (e.g. {name: gsm8k, path: test.jsonl}) and `generators:` (a list, e.g. "
+                          "[{id: smol, model: smollm2-135m-instruct, num_samples: 16}])")
+    missing = [key for key in REQUIRED_FILE_KEYS if isinstance(data, dict) and key not in data]
+    if missing:
+        raise ConfigError(f"{path}: required key(s) missing: {', '.join(missing)}; a config file names at least "
+                          "`task:` (which problems) and `generators:` (a list: which models sample them)")
     return data
 
 

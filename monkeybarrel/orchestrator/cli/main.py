@@ -1,4 +1,4 @@
-"""Command line: ``monkeybarrel run | demo | report | validate | show | compare | export | store | reproduce``.
+"""Command line: ``monkeybarrel run | demo | report | validate | show | compare | export | store | sweep | reproduce``.
 
 Every user-facing error (config, data, store, I/O, encoding, missing model, unreachable server)
 exits with status 2 and one message naming the file or key; Ctrl-C exits 130 after the stages
@@ -7,7 +7,7 @@ have written every finished candidate and score.
 Each subcommand is a module of this package (``COMMANDS``) with ``add_parser(sub)`` and
 ``run(args) -> exit status``; a module imports what its command needs inside ``run``, so ``--help``,
 ``--version`` and a refused argument answer at once. A new subcommand is a module plus its name in
-``COMMANDS``.
+``COMMANDS``. ``sweep`` (``cli/sweep.py``) parses its own arguments: ``main`` hands it the rest.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from .demo import demo_config_path  # noqa: F401  (public here: tests and docs n
 
 COMMANDS = ("run", "demo", "report", "validate", "show", "compare", "export", "store", "reproduce")
 """Subcommand modules of ``monkeybarrel.orchestrator.cli``, in ``--help`` order."""
+OWN_PARSER = {"sweep": "run, track and compare a grid of experiments (`sweep -h`)"}
+"""Subcommands with their own parser and error handling (``cli/<name>.py``'s ``main(argv, console)``)."""
 
 
 QUIET_DEPENDENCIES = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1",
@@ -57,13 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = import_module(f".{name}", __package__)
         module.add_parser(sub).set_defaults(handler=module.run)
+    for name, help_text in OWN_PARSER.items():
+        sub.add_parser(name, add_help=False, help=help_text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     for variable, value in QUIET_DEPENDENCIES.items():  # dependencies' notices and bars stay out of normal output
         os.environ.setdefault(variable, value)
+    if argv[:1] and argv[0] in OWN_PARSER:
+        from .errors import quiet_dependency_warnings
+        from .output import console
+
+        quiet_dependency_warnings()
+        return import_module(f".{argv[0]}", __package__).main(argv[1:], console())
+    args = build_parser().parse_args(argv)
     from .errors import quiet_dependency_warnings, user_message
 
     quiet_dependency_warnings()

@@ -114,6 +114,10 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
         if any(costs.get("stage_gpu_s", {}).values()):
             lines += ["Stage GPU time of the last run (GPU s): "
                       + ", ".join(f"{k} {v:.1f}" for k, v in costs["stage_gpu_s"].items())]
+    sandboxes = (manifest.get("runs") or [{}])[-1].get("sandbox", [])
+    if sandboxes:
+        lines += ["", "Sandbox of the last run (untrusted code: labels, code verifiers): "
+                  + "; ".join(f"`{s['line']}`" for s in sandboxes)]
     versions = manifest.get("package_versions", {})
     lines += ["", f"Config hash `{manifest.get('config_hash', '?')}`; monkeybarrel {versions.get('monkeybarrel', '?')}, "
               f"torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}."]
