@@ -157,7 +157,7 @@ def validate(planned: list[Planned], directory: Path, where: str) -> dict[str, i
             conflicts = stored_conflicts(item.config, directory / name)
             if conflicts:
                 raise ConfigConflictError(f"{directory / name} holds results of another config: "
-                                          + "; ".join(conflicts[:4]) + " (was it run with another --ray-address?)")
+                                          + "; ".join(conflicts[:4]) + " (a point resumes with the --ray-address it started with)")
         except (ConfigError, ConfigConflictError, TaskDataError, UnknownNameError, OSError) as exc:
             errors.append(_point_error(point, exc))
             continue
@@ -222,7 +222,7 @@ def run_sweep(sweep: Sweep, directory: str | Path, *, ray_address: str | None = 
             todo = [item for item in planned if not is_done(records[item.point.id], item.point)]
             expected = validate(todo, directory, where)
         except Exception:
-            if created and not dry_run:
+            if created:
                 _remove_empty(directory)
             raise
         if dry_run:

@@ -28,7 +28,8 @@ import yaml
 
 from ...core.config import fingerprint
 from ..store.config_guard import changed_keys, result_inputs
-from ..store.experiment_store import StoreError, atomic_write_bytes
+from ...core.files import atomic_write_bytes
+from ..store.experiment_store import StoreError
 from ..store.lock import LOCK_NAME
 from ..store.manifest import now
 from .spec import Point, Sweep

@@ -25,8 +25,9 @@ from rich.table import Table
 
 from ..report.markdown import pct
 from ..stages.evaluate import to_json
-from ..store.experiment_store import StoreError, atomic_write_bytes
-from .curves import BUDGET_NAMES, BUDGETS, PointCurves, add_coverage, model_params, read_point
+from ...core.files import atomic_write_bytes
+from ..store.experiment_store import StoreError
+from .curves import BUDGET_NAMES, BUDGETS, PointCurves, add_coverage, read_point
 from .frontier import best_at, budget_grid, pareto
 from .manifest import MANIFEST, read_manifest
 from .report_plot import plot_report
@@ -92,7 +93,8 @@ def _why(budget: str) -> str:
 def _task(points: list[PointCurves], kind: str) -> dict[str, Any]:
     """One task's point table and frontiers."""
     metrics = ["coverage"] + list(dict.fromkeys(m for p in points for m in p.curves if m != "coverage"))
-    models = sorted({p.model for p in points})
+    size = {p.model: p.params for p in points}
+    models = sorted(size, key=lambda m: (math.isnan(size[m]), size[m] if not math.isnan(size[m]) else 0, m))  # small first
     by = "model" if len(models) > 1 else "point"  # the runner-up comes from another model, or another point
 
     def owner(point: PointCurves) -> str:
@@ -175,7 +177,9 @@ def _tables(report: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
     for task in report["tasks"]:
         for metric in task["metrics"]:
             title = f"{task['task']}: best configuration per budget, {_metric_name(metric)}"
-            rows = [[_num(r["budget"]), *_best(r["best"]), *_other(r["other"])] for r in task["frontier"][metric]["table"]]
+            several = len(task["models"]) > 1
+            rows = [[_num(r["budget"]), *_best(r["best"], several), *_other(r["other"], several)]
+                    for r in task["frontier"][metric]["table"]]
             out.append(("##", title, [f"budget: {unit} ≤", "best: point (model)", "k", "accuracy % [95% CI]",
                                       f"best other {task['other']}: point (k)", "its accuracy %"], rows))
         metrics = ["coverage"] + [m for m in task["metrics"] if m != "coverage"]
@@ -193,18 +197,22 @@ def _tables(report: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
     return out
 
 
-def _label(config: dict[str, Any]) -> str:
-    """``point (model)``, or the point alone when it is named by its model."""
-    name = config["point"] if config["model"] in config["point"] else f"{config['point']} ({config['model']})"
+def _label(config: dict[str, Any], with_model: bool = True) -> str:
+    """``point (model)``: the model only where a task has several and the point's name does not say it."""
+    name = config["point"]
+    if with_model and config["model"] not in name and config["model"].replace(" ", "-") not in name:
+        name = f"{name} ({config['model']})"
     return name if len(name) <= 60 else name[:57] + "..."
 
 
-def _best(config: dict[str, Any] | None) -> list[str]:
-    return [_label(config), str(config["k"]), pct(config["accuracy"], config["ci95"])] if config else ["–", "", ""]
+def _best(config: dict[str, Any] | None, with_model: bool) -> list[str]:
+    return [_label(config, with_model), str(config["k"]), pct(config["accuracy"], config["ci95"])] if config \
+        else ["–", "", ""]
 
 
-def _other(config: dict[str, Any] | None) -> list[str]:
-    return [f"{_label(config)} (k={config['k']})", pct(config["accuracy"], config["ci95"])] if config else ["–", ""]
+def _other(config: dict[str, Any] | None, with_model: bool) -> list[str]:
+    return [f"{_label(config, with_model)} (k={config['k']})", pct(config["accuracy"], config["ci95"])] if config \
+        else ["–", ""]
 
 
 def _metric_name(metric: str) -> str:
@@ -235,7 +243,8 @@ def _intro(report: dict[str, Any]) -> list[str]:
                  "for all points of a task; majority@k at every k and each selector at all samples from the "
                  "point's metrics.json; a selector's accuracy below all samples is the mean of refits on "
                  "random k-subsets, without an interval). The frontier table gives, for each budget, the best "
-                 "configuration costing at most that, and the best one of another model.")
+                 "configuration costing at most that, and the best one of another model (of another point where a "
+                 "task has one model).")
     if report["missing"]:
         lines.append("Not in the report (no results yet): " + ", ".join(f"{m['name']} ({m['state']})"
                                                                         for m in report["missing"]) + ".")
@@ -272,20 +281,23 @@ def render_html(report: dict[str, Any], plot: Path | None) -> str:
 
 
 def print_summary(report: dict[str, Any], console: Console) -> None:
-    """The frontier tables (coverage and the first selector) and where the page is."""
+    """Per task, the best configuration per budget for coverage and the first selector; then where the page is."""
     for task in report["tasks"]:
+        several = len(task["models"]) > 1
+        table = Table(title=f"{task['task']}: best configuration per budget ({report['budget_name']})",
+                      title_justify="left")
+        table.add_column(f"{report['budget']} ≤", justify="right", no_wrap=True)
         for metric in task["metrics"][:2]:
-            table = Table(title=f"{task['task']}: best per budget, {_metric_name(metric)}", title_justify="left")
-            for column in (f"{report['budget']} ≤", "best point", "k", "acc. %", f"other {task['other']}", "acc. %"):
-                table.add_column(column, justify="left" if "point" in column or "model" in column else "right",
-                                 overflow="fold")
-            for row in task["frontier"][metric]["table"]:
-                best, other = row["best"], row["other"]
-                table.add_row(_num(row["budget"]), best["point"] if best else "–", str(best["k"]) if best else "",
-                              pct(best["accuracy"], best.get("ci95")) if best else "",
-                              f"{other['point']} (k={other['k']})" if other else "–",
-                              pct(other["accuracy"]) if other else "")
-            console.print(table)
+            table.add_column(f"{metric}: best (k)", overflow="fold")
+            table.add_column("%", justify="right", no_wrap=True)
+        rows = zip(*[task["frontier"][m]["table"] for m in task["metrics"][:2]])
+        for cells in rows:
+            line = [_num(cells[0]["budget"])]
+            for row in cells:
+                best = row["best"]
+                line += [f"{_label(best, several)} (k={best['k']})", pct(best["accuracy"])] if best else ["–", ""]
+            table.add_row(*line)
+        console.print(table)
     directory = Path(report["directory"])
     console.print(f"report: {directory / 'report.md'}  page: {directory / 'report.html'}  plot: "
                   f"{directory / 'report.png'}", highlight=False, markup=False)

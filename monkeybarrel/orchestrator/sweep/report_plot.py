@@ -62,7 +62,7 @@ def plot_report(report: dict[str, Any], path: Path) -> Path | None:
                 ax.step([c["cost"] for c in front], [100 * c["accuracy"] for c in front], "k-", where="post",
                         linewidth=2.4, alpha=0.35, label="frontier")
             ax.set_xscale("log")
-            ax.set_ylim(bottom=0)
+            ax.set_ylim(0, max(ax.get_ylim()[1], 1.0))  # all-zero curves: a readable 0-1 % axis
             ax.grid(alpha=0.3)
             ax.set_title(f"{task['task']}: {'coverage (pass@k)' if metric == 'coverage' else metric}", fontsize=9)
             ax.set_xlabel(report["budget_name"], fontsize=8)

@@ -87,8 +87,8 @@ STATE_STYLE = {"done": "green", "running": "cyan", "pending": "yellow", "failed"
 def print_status(status: dict[str, Any], console: Console) -> None:
     """The status as a rich table that reads at 80 columns (and piped), then the engine starts.
 
-    Point names fold beyond 28 characters (fewer on a narrow terminal); the last error gets the
-    columns left over, on one line cut with an ellipsis.
+    Point names fold where the terminal is too narrow (keeping at least 16 columns for the last
+    error); the last error gets the columns left over, on one line cut with an ellipsis.
     """
     cells = []
     for row in status["points"]:
@@ -100,8 +100,9 @@ def print_status(status: dict[str, Any], console: Console) -> None:
     header = ["point", "state", "cands", "err", "GPU-s", "last error"]
     widths = [max([len(header[i]), *(len(c[i]) for c in cells)]) for i in range(5)]
     free = console.width - sum(widths[1:]) - 3 * len(header) - 1  # for the point name and the last error
-    widths[0] = max(10, min(widths[0], 28, free - 16))
-    left = max(10, free - widths[0])
+    error = max([len(header[5]), *(len(c[5]) for c in cells)])
+    widths[0] = max(10, min(widths[0], free - min(error, 16)))
+    left = max(10, min(error, free - widths[0]))
     table = Table(title=f"sweep {status['name']}: " + ", ".join(f"{n} {s}" for s, n in sorted(status["states"].items())),
                   title_justify="left")
     for i, name in enumerate(header):
