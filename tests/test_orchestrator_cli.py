@@ -18,7 +18,7 @@ def test_run_then_report_rebuilds_from_the_store(tmp_path: Path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "coverage pass@k" in printed and "majority" in printed
+    assert "accuracy (%) against k" in printed and "coverage" in printed and "majority" in printed
     for name in ("config.yaml", "manifest.json", "problems.parquet", "answers.parquet", "labels.parquet",
                  "selections.parquet", "metrics.json", "report.md", "coverage.png"):
         assert (out / name).is_file(), name

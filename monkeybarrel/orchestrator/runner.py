@@ -13,7 +13,7 @@ from ..core.records import Problem, problems_from_table, problems_to_table
 from ..sandbox.base import LayerInfo, layers_mark, layers_used
 from ..tasks.base import Task
 from .report.accuracy_vs_k import accuracy_vs_k
-from .report.allocation import equal_compute_metrics, plot_equal_compute, render_section
+from .report.allocation import MAX_CELLS_X_SAMPLES, plot_equal_compute, render_section, stored_equal_compute
 from .stages.allocation_rounds import run_allocated_sampling, uses_rounds
 from .store.config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
 from .stages.evaluate import evaluate, to_json
@@ -182,9 +182,13 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
 
 
 def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float] | None = None,
-                        manifest: dict[str, Any] | None = None, began: float | None = None) -> dict[str, Any]:
+                        manifest: dict[str, Any] | None = None, began: float | None = None,
+                        equal_compute: bool | None = None) -> dict[str, Any]:
     """Select, evaluate and write ``selections.parquet``, ``metrics.json``, ``report.md``, ``coverage.png``,
-    ``report.html``."""
+    ``report.html``.
+
+    ``equal_compute``: replay the allocation policies on the stored samples (True), or only reuse a stored
+    replay (False); None: replay when the experiment allocated its samples (``report.allocation``)."""
     store, config = experiment.store, experiment.config
     began = time.perf_counter() if began is None else began
     data = experiment.selection_data()
@@ -196,8 +200,10 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
     metrics = evaluate(config, data, labels, info, labelled)
     metrics["accuracy_vs_k"] = (accuracy_vs_k(config, data, labels, metrics["ks"], known={"majority": metrics["majority"]})
                                 if metrics["labelled_candidates"] else {})
-    metrics["equal_compute"] = (equal_compute_metrics(data, labels, seed=config.seed) if labelled.all()
-                                else {"skipped": "not every candidate is labelled"})
+    asked = uses_rounds(config) if equal_compute is None else equal_compute
+    metrics["equal_compute"] = (stored_equal_compute(store, data, labels, config.seed, compute=asked,
+                                                     max_cells=MAX_CELLS_X_SAMPLES if equal_compute is None else None)
+                                if labelled.all() else {"skipped": "not every candidate is labelled"})
     manifest = store.read_manifest() if manifest is None else manifest
     costs = manifest.setdefault("costs", {})
     costs["generators"] = token_summary(experiment.candidates())
@@ -229,5 +235,5 @@ def write_report(experiment: Experiment, metrics: dict[str, Any] | None = None,
     with store.writing("allocation.png") as path:
         allocation_plot = plot_equal_compute(equal_compute, path, experiment.config.name)
     text += render_section(equal_compute, "allocation.png" if allocation_plot else None)
-    write_html(experiment, metrics)
+    write_html(experiment, metrics, text)
     return experiment.store.write_text("report.md", text)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .coverage_plot import draw_law
+from .coverage_plot import draw_law, new_figure, save_figure
 
 
 def pct(value: float | None, interval: list | None = None) -> str:
@@ -159,12 +159,7 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     ks = metrics.get("ks", [])
     if not ks or not any(v is not None for v in metrics.get("coverage", {}).values()):
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    fig, (ax,) = new_figure(6, 4)
     colours = iter(f"C{i % 10}" for i in range(1000))
     _curve(ax, ks, metrics["coverage"], metrics.get("coverage_ci95"), "o-", "coverage (pass@k)", "C0")
     _curve(ax, ks, metrics["majority"], metrics.get("majority_ci95"), "s-", "majority@k", "C1")
@@ -203,11 +198,7 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     ax.set_title(f"{metrics['n_problems']} problems")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _curve(ax, ks: list[int], values: dict, intervals: dict | None, style: str, label: str, colour: str,
