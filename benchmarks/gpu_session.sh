@@ -36,7 +36,7 @@ for s in ${STAGES:-setup tests}; do
       cp .devcarry/math500_test.jsonl .devcarry/gsm8k_test.jsonl /tmp/ 2>/dev/null
       PART=$s T_PART=${T_SWEEP:-560} bash benchmarks/sweep_device_run.sh 2>&1 | tail -40 ;;
     store)  # GSM8K x 16 with SmolLM2 + verifiers on the GPU: the store for the distillation study (#26)
-      sed -e "s#../shared/data/gsm8k/test.jsonl#$PWD/.devcarry/gsm8k_test.jsonl#" -e "s#smollm2-135m-instruct#/tmp/smol.gguf#g" \
+      sed -e "s#[./]*shared/data/gsm8k/test.jsonl#$PWD/.devcarry/gsm8k_test.jsonl#" -e "s#smollm2-135m-instruct#/tmp/smol.gguf#g" \
         monkeybarrel/experiments/configs/gsm8k_weaver_gpu.yaml > /tmp/gsm8k_weaver_gpu.yaml
       timeout ${T_STORE:-560} $PY -m monkeybarrel.orchestrator.cli.main run /tmp/gsm8k_weaver_gpu.yaml \
         --out /tmp/gsm8k_weaver_gpu --no-progress 2>&1 | tee "$OUT/store.log" | quiet | tail -30

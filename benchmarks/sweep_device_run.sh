@@ -11,8 +11,8 @@ set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 [ -s /tmp/smol.gguf ] || ! ls /tmp/gguf/gguf.part* >/dev/null 2>&1 || cat /tmp/gguf/gguf.part* > /tmp/smol.gguf
-sed -e "s#../shared/data/gsm8k/test.jsonl#$PWD/.devcarry/gsm8k_test.jsonl#g" \
-    -e "s#../shared/data/math500/test.jsonl#$PWD/.devcarry/math500_test.jsonl#g" \
+sed -e "s#[./]*shared/data/gsm8k/test.jsonl#$PWD/.devcarry/gsm8k_test.jsonl#g" \
+    -e "s#[./]*shared/data/math500/test.jsonl#$PWD/.devcarry/math500_test.jsonl#g" \
     -e "s#smollm2-135m-instruct#/tmp/smol.gguf#" -e "s#attention: auto#attention: ${ATTENTION:-auto}#" \
     monkeybarrel/experiments/configs/sweep_gsm8k_vllm_gpu.yaml > /tmp/sweep_gpu.yaml
 t0=$(date +%s)

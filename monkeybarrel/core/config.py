@@ -222,7 +222,7 @@ class ExperimentConfig(_Strict):
         path = Path(path)
         data = _experiment_mapping(_read_yaml(path), path)
         if isinstance(data, dict):
-            data = _relative_to(data, path.parent)
+            data = resolve_data_paths(data, path.parent)
         return cls.from_dict(data, source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
@@ -267,7 +267,7 @@ DATA_PATH_KEYS = (("task", "path"),)
 """Config keys holding a data file: a relative one is taken from the config file's folder (``from_yaml``)."""
 
 
-def _relative_to(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+def resolve_data_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     """``data`` with each relative ``DATA_PATH_KEYS`` value joined to ``folder`` (the YAML file's folder).
 
     Paths given on the command line stay relative to the working directory; in a config file they mean

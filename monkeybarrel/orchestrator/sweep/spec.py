@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...core.config import ConfigError, ExperimentConfig, _format_validation_error, fingerprint
+from ...core.config import ConfigError, ExperimentConfig, _format_validation_error, fingerprint, resolve_data_paths
 from ..store.config_guard import result_inputs
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[\d+\])*(\.[A-Za-z_][A-Za-z0-9_]*(\[\d+\])*)*")
@@ -130,7 +130,8 @@ def load_sweep(path: str | Path) -> Sweep:
 
 
 def sweep_from_dict(data: Any, source: Path | None = None, name: str | None = None) -> Sweep:
-    """A sweep from plain data (``base`` paths are relative to ``source``'s folder, else the working directory)."""
+    """A sweep from plain data: ``base`` and data paths (``task.path`` inline or on an axis) are relative to
+    ``source``'s folder, else the working directory."""
     where = str(source) if source is not None else "sweep"
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with 'base' and 'axes', got {type(data).__name__}")
@@ -221,6 +222,8 @@ def _points(sweep: Sweep, where: str) -> list[Point]:
             _set(data, key, value, f"{where}: axes: {key}")
         label = ",".join(parts) or "base"
         data["name"] = f"{sweep.name}/{label}"
+        if sweep.source is not None:  # data paths in a sweep file (inline base, axes) are relative to its folder
+            data = resolve_data_paths(data, sweep.source.parent)
         config = ExperimentConfig.from_dict(data, source=f"{where}: point {label} ({describe(overrides)})")
         inputs = result_inputs(config)
         identity = {"overrides": overrides, **{k: v for k, v in inputs.items() if not k.startswith("verifiers[")}}
