@@ -9,9 +9,10 @@ left to reach the hub through it.
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 CONNECT_TIMEOUT_S = 3.0
@@ -61,34 +62,29 @@ def load_hub_dataset(name: str, config: str | None = None, split: str = "test", 
         split: split to load.
         local_hint: how to pass a local copy instead (shown in the error), e.g. ``"--data PATH"``.
     """
-    label = f"{name}" + (f" (config {config!r})" if config else "") + f", split {split!r}"
-    try:
-        from datasets import load_dataset
-    except ImportError as exc:
-        raise DataUnavailableError(f"hub dataset {label}: the `datasets` package is missing "
-                                   f"(pip install 'monkeybarrel[hub]'); or pass a local copy: {local_hint}") from exc
-    check_hub_reachable(f"hub dataset {label}", local_hint)
-    try:
-        return load_dataset(name, config, split=split)
-    except Exception as exc:  # offline, gated, unknown config: all end the same way for the user
-        raise DataUnavailableError(f"could not load hub dataset {label}: {type(exc).__name__}: "
-                                   f"{str(exc).splitlines()[0] if str(exc) else ''}; "
-                                   f"download it where the hub is reachable, then pass the local copy: {local_hint}") from exc
+    label = f"hub dataset {name}" + (f" (config {config!r})" if config else "") + f", split {split!r}"
+    return _from_hub(label, "datasets", local_hint, lambda datasets: datasets.load_dataset(name, config, split=split))
 
 
 def download_hub_files(repo_id: str, patterns: list[str], *, local_hint: str, repo_type: str = "dataset") -> str:
     """``huggingface_hub.snapshot_download`` of the files matching ``patterns``; returns the local folder,
     or raises ``DataUnavailableError`` (offline, missing package)."""
-    label = f"{repo_id} ({', '.join(patterns)})"
+    return _from_hub(f"hub repository {repo_id} ({', '.join(patterns)})", "huggingface_hub", local_hint,
+                     lambda hub: hub.snapshot_download(repo_id, repo_type=repo_type, allow_patterns=patterns))
+
+
+def _from_hub(what: str, package: str, local_hint: str, fetch: Callable[[Any], Any]) -> Any:
+    """Import ``package``, check the hub answers, then ``fetch(package)``; each failure one
+    ``DataUnavailableError`` naming ``what`` and how to pass a local copy."""
     try:
-        from huggingface_hub import snapshot_download
+        module = importlib.import_module(package)
     except ImportError as exc:
-        raise DataUnavailableError(f"hub repository {label}: the `huggingface_hub` package is missing "
+        raise DataUnavailableError(f"{what}: the `{package}` package is missing "
                                    f"(pip install 'monkeybarrel[hub]'); or pass a local copy: {local_hint}") from exc
-    check_hub_reachable(f"hub repository {label}", local_hint)
+    check_hub_reachable(what, local_hint)
     try:
-        return snapshot_download(repo_id, repo_type=repo_type, allow_patterns=patterns)
-    except Exception as exc:  # offline, gated, unknown repository
-        raise DataUnavailableError(f"could not download hub repository {label}: {type(exc).__name__}: "
+        return fetch(module)
+    except Exception as exc:  # offline, gated, unknown config or repository: all end the same way for the user
+        raise DataUnavailableError(f"could not load {what}: {type(exc).__name__}: "
                                    f"{str(exc).splitlines()[0] if str(exc) else ''}; "
                                    f"download it where the hub is reachable, then pass the local copy: {local_hint}") from exc
