@@ -6,12 +6,13 @@
 #      (an engine that was already running is left alone and the pid file stays empty);
 #   3. the local sandbox image (no registry: debootstrap a minimal Debian with python3, `docker import`).
 # Needs root. Environment: MONKEYBARREL_DOCKERD_PIDFILE (default /run/monkeybarrel-dockerd.pid),
-# MONKEYBARREL_SANDBOX_IMAGE (default monkeybarrel/sandbox-python:bookworm).
+# MONKEYBARREL_SANDBOX_IMAGE (default monkeybarrel/sandbox-python:bookworm), MONKEYBARREL_DEBIAN_MIRROR
+# (default: the Debian archive this system's apt sources use).
 set -euo pipefail
+. "$(dirname "$0")/debian_mirror.sh"
 
 pidfile=${MONKEYBARREL_DOCKERD_PIDFILE:-/run/monkeybarrel-dockerd.pid}
 image=${MONKEYBARREL_SANDBOX_IMAGE:-monkeybarrel/sandbox-python:bookworm}
-mirror=${MONKEYBARREL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 if [ "$(id -u)" != 0 ]; then
   echo "docker_setup.sh: needs root (installs packages, starts dockerd)" >&2
@@ -49,7 +50,7 @@ if ! docker image inspect "$image" >/dev/null 2>&1; then
   echo "docker_setup.sh: building $image with debootstrap (a few minutes)"
   root=$(mktemp -d /var/tmp/monkeybarrel-rootfs.XXXXXX)
   trap 'rm -rf "$root"' EXIT
-  debootstrap --variant=minbase --include=python3 bookworm "$root" "$mirror" >/dev/null
+  debootstrap --variant=minbase --include=python3 bookworm "$root" $(debian_mirror bookworm) >/dev/null
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/usr/share/doc "$root"/usr/share/man
   tar -C "$root" -c . | docker import \
     -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \

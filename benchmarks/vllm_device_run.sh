@@ -25,7 +25,7 @@ for s in ${STAGES:-setup tests gsm8k bench}; do
         ${TEST_FILES:-tests/test_kernels_paged.py tests/test_kernels_triton.py} 2>&1 | tee "$OUT/tests.log" | grep -E "parity|replay|passed|failed|FAILED|Error" ;;
     gsm8k)
       [ -s /tmp/smol.gguf ] || cat /tmp/gguf/gguf.part* > /tmp/smol.gguf
-      sed -e "s#../shared/data/gsm8k/test.jsonl#$PWD/.devcarry/gsm8k_test.jsonl#" -e "s#smollm2-135m-instruct#/tmp/smol.gguf#" \
+      sed -e "s#[./]*shared/data/gsm8k/test.jsonl#$PWD/.devcarry/gsm8k_test.jsonl#" -e "s#smollm2-135m-instruct#/tmp/smol.gguf#" \
         monkeybarrel/experiments/configs/gsm8k_vllm_gpu.yaml > /tmp/gsm8k_gpu.yaml
       timeout ${T_GSM8K:-300} python3 -m monkeybarrel.orchestrator.cli.main run /tmp/gsm8k_gpu.yaml --out /tmp/gsm8k_gpu \
         --no-progress 2>&1 | tee "$OUT/gsm8k.log" | grep -vE "^(INFO|WARNING|\(EngineCore)" | tail -40

@@ -18,7 +18,7 @@ def test_unknown_key_and_wrong_type_name_the_key_path():
 def test_yaml_errors_name_the_file(tmp_path: Path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad.yaml:2:1: not valid YAML"):
         ExperimentConfig.from_yaml(bad)
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("42\n")

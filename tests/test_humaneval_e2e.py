@@ -32,4 +32,9 @@ def test_humaneval_pipeline_end_to_end(tmp_path):
     metrics = experiment.metrics()
     assert set(metrics["selection"]) >= {"test voting", "random (pass@1)", "oracle (coverage)"}
     assert metrics["selection"]["test voting"]["abstained"] == 0
-    assert "test voting" in (tmp_path / "run" / "report.md").read_text()
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "test voting" in report
+    # the run states the sandbox layer that ran the untrusted code, in the manifest and the report
+    [layer] = experiment.manifest()["runs"][-1]["sandbox"]
+    assert layer["backend"] == "local" and layer["layer"] in ("bwrap+warm", "unshare") and "lacks" in layer
+    assert f"`{layer['line']}`" in report

@@ -132,3 +132,26 @@ def test_a_candidate_faking_sandbox_errors_is_a_wrong_answer_not_a_failed_batch(
               "raise MemoryError('Cannot allocate memory')\n"]
     good = RAW["HumanEval/0"]["canonical_solution"]
     assert task.check([*forged, good], [problems[0]] * 4) == [False, False, False, True]
+
+
+def test_values_and_exceptions_cross_the_checker_exactly(task):
+    """The candidate runs in a process of its own: its return values reach the tests as the same plain
+    values (types included) and its built-in exceptions as the same exception types."""
+    from monkeybarrel.kits.code_programs import checked_job, passed
+
+    program = ("import math\ndef f(kind):\n"
+               "    values = {'tuple': (1, 'a', None), 'set': {1, 2}, 'frozenset': frozenset({'x'}),\n"
+               "              'dict': {(1, 2): [3.5, True], 'k': {'nested': b'\\x00\\xff'}}, 'bytes': bytearray(b'ab'),\n"
+               "              'complex': 1 - 2j, 'nan': math.nan, 'neg_zero': -0.0, 'big': 2 ** 200, 'list': [[], [1]]}\n"
+               "    if kind == 'raise':\n        raise ValueError('bad value')\n    return values[kind]\n")
+    tests = ("import math\ndef check(candidate):\n    assert candidate('tuple') == (1, 'a', None) and type(candidate('tuple')) is tuple\n"
+             "    assert candidate('set') == {1, 2} and type(candidate('frozenset')) is frozenset\n"
+             "    assert candidate('dict') == {(1, 2): [3.5, True], 'k': {'nested': b'\\x00\\xff'}}\n"
+             "    assert type(candidate('bytes')) is bytearray and candidate('complex') == 1 - 2j\n"
+             "    assert math.isnan(candidate('nan')) and math.copysign(1, candidate('neg_zero')) == -1\n"
+             "    assert candidate('big') == 2 ** 200 and candidate('list') == [[], [1]]\n"
+             "    try:\n        candidate('raise')\n    except ValueError as exc:\n        assert str(exc) == 'bad value'\n"
+             "    else:\n        assert False\n")
+    job = checked_job(program, "", tests, "f", call_check=True, limits=task.limits)
+    result = task.sandbox().run(job.files, job.command, limits=job.limits, sealed=job.sealed)
+    assert passed(result), result.stderr[-1500:]

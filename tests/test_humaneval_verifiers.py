@@ -75,6 +75,32 @@ def test_docstring_tests_vote_for_the_right_program(problems):
     verifier.close()
 
 
+def test_forged_passes_get_no_score_from_either_verifier(problems):
+    """The verdict-forging candidates (early exits, tampering with the checker, guessed or stolen tokens)
+    score 0 with the hidden tests and with docstring tests; the canonical solution scores 1 with both."""
+    from monkeybarrel.sandbox.attacks import forgeries
+
+    problem = problems["HumanEval/0"]
+    hostile = forgeries(problem.metadata["entry_point"])
+    pool = candidates("HumanEval/0", [correct("HumanEval/0"), *hostile.values()])
+    hidden = UnitTestVerifier("hidden", time_limit_s=5)
+    docstring = GeneratedTestsVerifier("doc", model=None, docstring_examples=True, time_limit_s=5)
+    try:
+        for verifier in (hidden, docstring):
+            scores = verifier.score(problem, pool)
+            assert scores[0] == 1.0
+            assert {name for name, score in zip(hostile, scores[1:]) if score > 0} == set(), verifier.name
+    finally:
+        hidden.close()
+        docstring.close()
+
+
+def test_a_refused_sandbox_fails_the_verifier_at_construction():
+    """A code verifier builds its sandbox with itself: a layer that cannot isolate is refused before any run."""
+    with pytest.raises(ValueError, match="allow_unisolated"):
+        UnitTestVerifier("hidden", sandbox={"type": "local", "isolation": "none"})
+
+
 def test_generated_tests_never_see_the_hidden_tests(problems):
     verifier = GeneratedTestsVerifier("doc", model=None, docstring_examples=True)
     assert not verifier.uses_reference
@@ -106,10 +132,10 @@ def test_execution_matrix_runs_each_distinct_pair_once():
     verifier._sandbox = CountingSandbox(max_workers=2)
     programs = ["def f(x):\n    return x + 1\n", "def f(x):\n    return x * 2\n", "def f(x):\n    return x + 1\n"]
     tests = ["assert f(1) == 2", "assert f(2) == 4", "assert f(0) == 0"]
-    matrix = verifier.execution_matrix(programs, tests)
+    matrix = verifier.execution_matrix(programs, tests, "f")
     assert matrix.tolist() == [[True, False, False], [True, True, True], [True, False, False]]
     assert CountingSandbox.runs == 6  # 2 distinct programs x 3 tests
-    verifier.execution_matrix(programs[:1], tests)
+    verifier.execution_matrix(programs[:1], tests, "f")
     assert CountingSandbox.runs == 6  # cached
     verifier.close()
 

@@ -62,18 +62,9 @@ def test_block_table_mirror_gives_the_batch_rows_in_batch_order():
     assert vllm_plugin.cpu_block_table(torch.zeros(3, dtype=torch.int32), 3, 4) is None
 
 
-def test_sampler_attention_option():
-    spec = GeneratorSpec(backend="vllm")
-    with pytest.raises(ValueError, match="attention must be"):
-        VLLMSampler(spec, attention="flash")
-    with pytest.raises(ValueError, match="enable_prefix_caching"):
-        VLLMSampler(spec, attention="monkeybarrel", enable_prefix_caching=False)
-    assert VLLMSampler(spec).attention == "vllm"
-
-
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_sampler_without_vllm_fails_at_start_with_a_clear_message():
     sampler = VLLMSampler(GeneratorSpec(backend="vllm"), attention="monkeybarrel")
-    with pytest.raises(RuntimeError, match="needs vLLM"):
+    with pytest.raises(ImportError, match="needs vLLM"):
         sampler.load()
     assert vllm_plugin.register() is None  # the entry point never breaks a process without a supported vLLM

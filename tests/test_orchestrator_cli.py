@@ -18,7 +18,7 @@ def test_run_then_report_rebuilds_from_the_store(tmp_path: Path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(config), "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "coverage pass@k" in printed and "majority" in printed
+    assert "accuracy (%) against k" in printed and "coverage" in printed and "majority" in printed
     for name in ("config.yaml", "manifest.json", "problems.parquet", "answers.parquet", "labels.parquet",
                  "selections.parquet", "metrics.json", "report.md", "coverage.png"):
         assert (out / name).is_file(), name
@@ -45,12 +45,12 @@ def test_run_then_report_rebuilds_from_the_store(tmp_path: Path, capsys):
 
 def test_bad_inputs_exit_2_with_a_clear_message(tmp_path: Path, capsys):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"task": {"name": "arithmetic", "num_problems": "many"}}))
+    bad.write_text(yaml.safe_dump({"task": {"name": "arithmetic", "num_problems": "many"}, "generators": [{"id": "g"}]}))
     assert main(["validate", str(bad)]) == 2
     assert "task.num_problems" in capsys.readouterr().err
 
     unknown = tmp_path / "unknown.yaml"
-    unknown.write_text(yaml.safe_dump({"task": {"name": "no-such-task"}}))
+    unknown.write_text(yaml.safe_dump({"task": {"name": "no-such-task"}, "generators": [{"id": "g"}]}))
     assert main(["run", str(unknown), "--out", str(tmp_path / "x")]) == 2
     assert "unknown task 'no-such-task'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()  # nothing is created for a config that cannot run

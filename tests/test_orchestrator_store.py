@@ -85,26 +85,69 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path: Path):
         pass
 
 
-def test_force_removes_only_store_files_and_refuses_a_non_store(tmp_path: Path):
+def test_runs_refuse_a_directory_that_is_not_a_store_and_touch_nothing_in_it(tmp_path: Path, capsys):
+    from monkeybarrel.orchestrator.cli.main import main
+
     user_dir = tmp_path / "papers"
     user_dir.mkdir()
     (user_dir / "draft.tex").write_text("precious")
-    with pytest.raises(StoreError, match="not an experiment store.*refusing"):
-        run_experiment(ExperimentConfig.from_dict(tiny_config(problems=1, samples=1)), user_dir, force=True,
-                       show_progress=False)
-    assert [p.name for p in user_dir.iterdir()] == ["draft.tex"]
+    (user_dir / "config.yaml").write_text(yaml.safe_dump(tiny_config(problems=1, samples=1)))  # a config is no store
+    for force in ([], ["--force"]):
+        assert main(["run", str(user_dir / "config.yaml"), "--out", str(user_dir), "--no-progress", *force]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {user_dir}: not an experiment store and not empty") and err.count("\n") == 1
+    assert sorted(p.name for p in user_dir.iterdir()) == ["config.yaml", "draft.tex"]   # not even a lock file
+    with pytest.raises(StoreError, match="not an experiment store"):
+        ExperimentStore(user_dir).discard()
 
-    store = ExperimentStore(tmp_path / "run")
-    store.write_text("config.yaml", "name: x\n")
-    store.append_chunk("candidates", _candidate_rows([0, 1]))
-    store.append_chunk("scores/judge", pa.table({"problem_id": ["p"], "generator_id": ["g"], "sample_index": [0],
-                                                 "verifier": ["judge"], "score": [1.0], "error": [None]}))
-    (store.root / "notes.md").write_text("mine")
-    (store.root / "candidates" / "README").write_text("mine too")
+
+def _with_user_files(root: Path) -> list[str]:
+    """A user's files in a store directory, named like the store's (by type, folder, or both)."""
+    chunk = next((root / "candidates").glob("part-*.parquet"))
+    user = {"fig.png": b"\x89PNG mine", "notes.parquet": chunk.read_bytes(), "candidates/mine.parquet": chunk.read_bytes(),
+            "scores/has/README": b"mine", "artifacts/notes.json": b"{}", "drafts/.tmp-1-ab-x": b"mine"}
+    for name, data in user.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return sorted(user)
+
+
+def test_force_deletes_exactly_the_files_the_store_wrote(tmp_path: Path):
+    out = tmp_path / "run"
+    _prestored(out, problems=2, samples=2)
+    config = ExperimentConfig.from_dict(tiny_config(problems=2, samples=2, verifiers=[{"name": "has", "type": "has_answer"}]))
+    run_experiment(config, out, show_progress=False)
+    mine = _with_user_files(out)
+    store = ExperimentStore(out)
+    written = store.written.paths()
+    assert {"config.yaml", "manifest.json", "problems.parquet", "answers.parquet", "labels.parquet", "selections.parquet",
+            "metrics.json", "report.md", "report.html", "coverage.png"} <= set(written)
+    assert sum(p.startswith("candidates/part-") for p in written) == 2 and not set(mine) & set(written)
+
     kept = store.discard()
-    assert sorted(p.name for p in kept) == ["README", "notes.md"]
-    assert sorted(str(p.relative_to(store.root)) for p in store.root.rglob("*") if p.is_file()) == \
-        ["candidates/README", "notes.md"]
+    assert [p.relative_to(out).as_posix() for p in kept] == mine
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != ".lock") == mine
+
+
+def test_an_older_store_without_a_file_list_is_resumed_listed_and_discarded_by_its_names(tmp_path: Path, capsys):
+    from monkeybarrel.orchestrator.cli.main import main
+
+    out = tmp_path / "run"
+    _prestored(out, problems=2, samples=2)
+    config = ExperimentConfig.from_dict(tiny_config(problems=2, samples=2))
+    run_experiment(config, out, show_progress=False)
+    (out / "written.jsonl").unlink()                        # as an older monkeybarrel left it
+    mine = _with_user_files(out)
+    assert main(["store", "check", str(out)]) == 0
+    assert "no written.jsonl" in capsys.readouterr().out
+    run_experiment(config, out, show_progress=False)        # its first write lists the older files too
+    assert main(["store", "check", str(out)]) == 0
+    assert [p.relative_to(out).as_posix() for p in ExperimentStore(out).discard()] == mine
+
+    _prestored(out, problems=1, samples=1)
+    (out / "manifest.json").write_text(json.dumps({"config_hash": "x"}))
+    (out / "written.jsonl").unlink()
+    assert [p.relative_to(out).as_posix() for p in ExperimentStore(out).discard()] == mine   # names alone, no list
 
 
 def test_store_check_repair_compact(tmp_path: Path, capsys):
@@ -121,10 +164,10 @@ def test_store_check_repair_compact(tmp_path: Path, capsys):
     assert health.duplicates["candidates"] == 2 and len(health.damaged) == 1 and health.chunks["candidates"] == 7
     assert main(["store", "check", str(tmp_path)]) == 1
     assert "2 duplicate key(s)" in capsys.readouterr().out
-    with pytest.raises(StoreError, match="bad.parquet: damaged chunk"):
+    with pytest.raises(StoreError, match="bad.parquet: Parquet magic bytes not found.*store repair"):
         store.candidates()
     assert main(["store", "repair", str(tmp_path)]) == 0
-    assert "moved damaged chunk" in capsys.readouterr().out
+    assert "candidates/part-99999999999999999999-bad.parquet: Parquet magic bytes not found" in capsys.readouterr().out
     table = store.candidates()
     assert sorted(table.column("sample_index").to_pylist()) == [0, 1, 2, 3, 4]
     texts = dict(zip(table.column("sample_index").to_pylist(), table.column("text").to_pylist()))
@@ -312,3 +355,27 @@ def test_runtime_options_never_block_and_a_changed_verifier_rescores_alone(tmp_p
     run_experiment(ExperimentConfig.from_dict(tiny_config(problems=2, samples=2, verifiers=fixed)), out,
                    show_progress=False)
     assert ExperimentStore(out).scores("judge").num_rows == 4
+
+
+def test_wall_time_s_is_each_candidates_share_of_the_sampling_wall_time(tmp_path: Path):
+    config = tiny_config(problems=4, samples=3, max_tokens=12)
+    config["generators"][0]["options"]["max_batch"] = 12   # four problems in one decode batch, finishing apart
+    experiment = run_experiment(ExperimentConfig.from_dict(config), tmp_path / "run", show_progress=False)
+    stage_s = experiment.manifest()["runs"][-1]["sampled"]["smol"]["wall_s"]
+    shares = experiment.candidates().column("wall_time_s").to_numpy()
+    assert (shares > 0).all()
+    assert 0.9 * stage_s - 0.05 <= shares.sum() <= stage_s   # the stage's seconds, each counted once
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "{}\n", "name: x\nseed: 1\n",
+                                  "task: {name: arithmetic}\n", "generators: [{id: g}]\n"])
+def test_a_config_file_without_task_and_generators_is_refused(tmp_path: Path, capsys, text: str):
+    from monkeybarrel.orchestrator.cli.main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    for command in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "out")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {path}: ") and "task" in err and "generators" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

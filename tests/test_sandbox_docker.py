@@ -55,3 +55,27 @@ def test_missing_image_is_a_clear_error():
 def test_missing_command_is_a_sandbox_error(box):
     result = box.run({}, ["/nonexistent/tool"], limits=Limits(time_s=20))
     assert result.outcome is Outcome.SANDBOX_ERROR
+
+
+def test_remote_daemon_paths_count_cpu_memory_and_output(monkeypatch):
+    """The paths a daemon on another host takes, forced on the local one: output through the exec's stream,
+    CPU from docker's stats and OOM kills from ``OOMKilled`` (the container's cgroup files unseen)."""
+    if REASON is not None:
+        pytest.skip(REASON)
+    from monkeybarrel.sandbox import docker_backend
+
+    monkeypatch.setattr(docker_backend.ProcessCgroup, "of", classmethod(lambda cls, pid: None))
+    box = build_sandbox({"type": "docker", "max_workers": 1, "output_fifos": False})
+    try:
+        assert "daemon's stream" in box.layer().line()
+        busy = box.run({"m.py": "x = sum(range(20_000_000))\nprint('done')\n"}, ["python3", "m.py"],
+                       limits=Limits(time_s=20))
+        assert busy.outcome is Outcome.OK and busy.stdout == "done\n" and busy.cpu_s > 0.2, busy
+        hog = box.run({"m.py": "x = []\nwhile True:\n    x.append(b'x' * (1 << 20))\n"}, ["python3", "m.py"],
+                      limits=Limits(time_s=20, memory_mb=128))
+        assert hog.outcome is Outcome.MEMORY_LIMIT, hog
+        loud = box.run({"m.py": "import sys\nsys.stdout.write('y' * (4 << 20))\n"}, ["python3", "m.py"],
+                       limits=Limits(time_s=20, output_bytes=1 << 12))
+        assert loud.stdout_truncated and f"more bytes of {4 << 20}" in loud.stdout
+    finally:
+        box.close()

@@ -129,7 +129,8 @@ def test_uid_leases_are_distinct_and_need_a_searchable_work_root(work_root):
 @pytest.mark.parametrize("isolation", ["unshare", "none"])
 def test_weaker_isolation_levels_still_run_and_clean_up(isolation, work_root):
     try:
-        box = LocalSandbox(isolation=isolation, work_root=work_root, limits=Limits(time_s=2))
+        box = LocalSandbox(isolation=isolation, work_root=work_root, limits=Limits(time_s=2),
+                           allow_unisolated=isolation == "none")
     except ValueError as exc:
         pytest.skip(str(exc))
     code = "import socket\ns = socket.socket()\nprint(s.connect_ex(('1.1.1.1', 53)) != 0 or 'online')\n"
@@ -196,7 +197,10 @@ def test_warm_slot_is_rebuilt_after_recycle_after_runs(work_root):
 
 def test_isolation_comes_from_the_environment_variable(monkeypatch, work_root):
     monkeypatch.setenv("MONKEYBARREL_SANDBOX_ISOLATION", "none")
-    box = LocalSandbox(work_root=work_root)
+    with pytest.raises(ValueError, match="allow_unisolated: true"):  # still only by name, with the opt-in
+        LocalSandbox(work_root=work_root)
+    with pytest.warns(RuntimeWarning, match="LACKS network namespace"):
+        box = LocalSandbox(work_root=work_root, allow_unisolated=True)
     assert box.isolation == "none" and "pidns" not in box.protections
     box.close()
     monkeypatch.setenv("MONKEYBARREL_SANDBOX_ISOLATION", "firejail")
@@ -207,8 +211,8 @@ def test_isolation_comes_from_the_environment_variable(monkeypatch, work_root):
 @pytest.mark.skipif(os.geteuid() != 0, reason="the refusal concerns running as root")
 def test_root_without_a_sandbox_uid_is_refused_unless_allowed(work_root):
     with pytest.raises(ValueError, match="would run untrusted programs as root"):
-        LocalSandbox(uid_base=None, isolation="none", work_root=work_root)
-    allowed = LocalSandbox(uid_base=None, isolation="none", allow_root=True, work_root=work_root)
+        LocalSandbox(uid_base=None, isolation="none", allow_unisolated=True, work_root=work_root)
+    allowed = LocalSandbox(uid_base=None, isolation="none", allow_root=True, allow_unisolated=True, work_root=work_root)
     assert allowed.run({"m.py": "import os\nprint(os.getuid())\n"}, ["python3", "m.py"]).stdout == "0\n"
     allowed.close()
 

@@ -29,6 +29,13 @@ def added_file(path: str, text: str) -> str:
     return f"diff --git a/{path} b/{path}\nnew file mode 100644\n{body}"
 
 
+def appended(path: str, original: str, text: str) -> str:
+    """A patch adding ``text`` at the end of ``path`` (whose content is ``original``)."""
+    lines = original.splitlines(True)
+    body = "".join(difflib.unified_diff(lines, lines + text.splitlines(True), f"a/{path}", f"b/{path}", n=3))
+    return f"diff --git a/{path} b/{path}\n{body}"
+
+
 def test_gold_resolves_empty_and_mutant_do_not_and_results_are_cached(instances, pool):
     inst = instances["inflection__inflection-0004"]
     mutants = read_predictions(TASKSET / "predictions" / "mutants.jsonl")
@@ -49,11 +56,13 @@ def test_hostile_patches_are_contained_and_fail(instances, pool):
     delete_tests = (f"diff --git a/{test_file} b/{test_file}\ndeleted file mode 100644\n"
                     + "".join(difflib.unified_diff(original.splitlines(True), [], f"a/{test_file}", "/dev/null", n=3)))
     marker = f"mb_escape_{uuid.uuid4().hex}"
-    escape = added_file("conftest.py", f"import os\nfor d in ('/tmp', '/etc', '/root', '/'):\n"
-                                       f"    open(os.path.join(d, '{marker}'), 'w').write('x')\n")
-    loop = inst.patch + added_file("conftest.py", "while True:\n    pass\n")
-    network = inst.patch + added_file("conftest.py", "import urllib.request\n"
-                                                     "urllib.request.urlopen('http://pypi.org', timeout=5)\n")
+    source = repo_files(inst, pattern="parse.py")["parse.py"]
+    escape = appended("parse.py", source, f"import os\nfor d in ('/tmp', '/etc', '/root', '/'):\n    try:\n"
+                                          f"        open(os.path.join(d, '{marker}'), 'w').write('x')\n"
+                                          "    except OSError:\n        pass\n")
+    loop = appended("parse.py", source, "while True:\n    pass\n")
+    network = appended("parse.py", source, "import urllib.request\n"
+                                           "urllib.request.urlopen('http://192.0.2.1', timeout=5)\n")
     traversal = ("diff --git a/../../../tmp/x b/../../../tmp/x\nnew file mode 100644\n--- /dev/null\n"
                  f"+++ b/../../../tmp/{marker}\n@@ -0,0 +1 @@\n+escaped\n")
     pairs = [(inst, p) for p in (delete_tests, escape, loop, network, traversal)]
@@ -67,6 +76,83 @@ def test_hostile_patches_are_contained_and_fail(instances, pool):
     assert not traversed.patch_applied
     for folder in ("/tmp", "/etc", "/root", "/"):
         assert not (Path(folder) / marker).exists(), "a container wrote onto the host"
+
+
+def swe_forgeries(ids: list[str]) -> dict[str, str]:
+    """Code (appended to the module under test, or a conftest) that tries to make every test look passed."""
+    passed = "".join(f"PASSED {t}\\n" for t in ids)
+    report = "{" + ", ".join(f"{t!r}: 'PASSED'" for t in ids) + "}"
+    return {
+        "PASSED lines to every fd, then os._exit(0)": (
+            f"import os\nfor _fd in range(64):\n    try:\n        os.write(_fd, b'{passed}')\n    except OSError:\n"
+            "        pass\nos._exit(0)\n"),
+        "sys.exit(0) at import": "import sys\nsys.exit(0)\n",
+        "SystemExit(0) and PASSED lines in an atexit hook": (
+            f"import atexit, sys\natexit.register(sys.exit, 0)\natexit.register(lambda: print('{passed}'))\n"),
+        "kill pytest after the PASSED lines": (
+            f"import os, signal\nos.write(1, b'{passed}')\nos.kill(os.getpid(), signal.SIGKILL)\n"),
+        "a guessed token with an all-passed report on every fd": (
+            f"import json, os, secrets\nfor _fd in range(64):\n    try:\n"
+            f"        os.write(_fd, ('\\n' + secrets.token_hex(32) + ' ' + json.dumps({report}) + '\\n').encode())\n"
+            "    except OSError:\n        pass\n"),
+        "conftest hook reports every test passed": "CONFTEST",
+    }
+
+
+CONFTEST_FORGERY = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+    report.longrepr = None
+"""
+
+
+def test_forged_test_reports_do_not_resolve(instances, pool):
+    """A wrong patch that prints pytest's summary lines, exits early, hooks the report or guesses the token
+    resolves nothing: only the reporter plugin's attested verdict counts."""
+    inst = instances["parse__parse-0001"]
+    source = repo_files(inst, pattern="parse.py")["parse.py"]
+    attacks = swe_forgeries([*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS])
+    patches = {name: added_file("conftest.py", CONFTEST_FORGERY) if code == "CONFTEST" else appended("parse.py", source, code)
+               for name, code in attacks.items()}
+    results = evaluate_patches(pool, [(inst, inst.patch), *((inst, p) for p in patches.values())], timeout_s=60)
+    assert results[0].resolved, results[0].log[-1500:]  # the control: the real fix still resolves
+    forged = {name: r.fail_to_pass for name, r in zip(patches, results[1:]) if r.resolved or r.fail_to_pass}
+    assert forged == {}, forged
+    assert all(r.patch_applied for r in results)
+
+
+def test_generated_test_votes_cannot_be_forged(instances, pool):
+    """Patches that exit 0 on import, raise SystemExit(0) in the code under test, or leave a daemon that
+    steals later tokens get no vote; the scripts' own exits still count."""
+    inst = instances["semver__semver-0001"]
+    path = "src/semver/__init__.py"
+    source = repo_files(inst, pattern=path)[path]
+    stealer = ("import glob, os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+               "        end = time.time() + 40\n        while time.time() < end:\n"
+               "            for path in glob.glob('/tmp/.mb-sealed-*/sealed'):\n                try:\n"
+               "                    token = open(path).read().split(chr(10))[0]\n                except OSError:\n"
+               "                    continue\n                for out in glob.glob('/proc/[0-9]*/fd/1'):\n"
+               "                    try:\n                        open(out, 'w').write(chr(10) + token + ' 0' + chr(10))\n"
+               "                    except OSError:\n                        pass\n            time.sleep(0.002)\n"
+               "        os._exit(0)\n    os._exit(0)\n")
+    hostile = {"os._exit(0) on import": "import os\nos._exit(0)\n",
+               "sys.exit(0) on import": "import sys\nsys.exit(0)\n",
+               "a daemon that steals the next tokens": stealer}
+    patches = [appended(path, source, code) for code in hostile.values()]
+    probe = "import sys\nsys.path.insert(0, 'src')\nimport semver\nprint(semver.compare('1.0.0', '2.0.0'))\nsys.exit(2)\n"
+    solved = "import sys\nsys.exit(0)\n"
+    matrix = run_vote_matrix(pool, inst.image_name, inst.repo_dir, inst.base_commit, patches, [probe, probe + "\n", solved],
+                             60)
+    assert matrix.base_codes.tolist() == [2, 2, 0], matrix.outputs
+    forged = {name: codes for name, codes in zip(hostile, matrix.codes.tolist()) if codes[:2] != [1, 1] and codes[:2] != [2, 2]}
+    assert forged == {}, (forged, matrix.outputs)
+    assert matrix.codes[:, 2].tolist() == [0, 0, 0]  # a script that exits 0 on its own still does
+    assert matrix.votes.tolist() == [1, 1, 1]
 
 
 def _failed(log: str) -> list[str]:

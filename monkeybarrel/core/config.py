@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -212,15 +213,17 @@ class ExperimentConfig(_Strict):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ExperimentConfig":
-        """Read and validate a YAML file."""
+        """Read and validate a YAML file; a relative ``task.path`` is taken from the file's folder.
+
+        Raises:
+            ConfigError: one line naming the file (and ``file:line:column`` for YAML syntax): missing,
+                a directory, not UTF-8, not YAML, or invalid keys (one line per key).
+        """
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        return cls.from_dict(data if data is not None else {}, source=str(path))
+        data = _experiment_mapping(_read_yaml(path), path)
+        if isinstance(data, dict):
+            data = resolve_data_paths(data, path.parent)
+        return cls.from_dict(data, source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (JSON/YAML serialisable)."""
@@ -231,6 +234,69 @@ class ExperimentConfig(_Strict):
 
     def generator_seed(self, generator: GeneratorSpec) -> int:
         return self.seed if generator.seed is None else generator.seed
+
+
+def _read_yaml(path: Path) -> Any:
+    """The parsed YAML document of ``path``, or ConfigError in one line naming the file."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory, expected a YAML config file")
+    if not path.exists():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the config as "
+                          "UTF-8") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        context = f" ({exc.context})" if exc.context and exc.problem else ""
+        raise ConfigError(f"{where}: not valid YAML: {exc.problem or exc.context}{context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+
+
+DATA_PATH_KEYS = (("task", "path"),)
+"""Config keys holding a data file: a relative one is taken from the config file's folder (``from_yaml``)."""
+
+
+def resolve_data_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``data`` with each relative ``DATA_PATH_KEYS`` value joined to ``folder`` (the YAML file's folder).
+
+    Paths given on the command line stay relative to the working directory; in a config file they mean
+    "beside this file", so a config and its data can move together. ``~`` is expanded."""
+    for section, key in DATA_PATH_KEYS:
+        part = data.get(section)
+        if isinstance(part, dict) and isinstance(part.get(key), str) and part[key]:
+            value = Path(part[key]).expanduser()
+            if not value.is_absolute():
+                value = Path(os.path.normpath(folder / value))
+            data = {**data, section: {**part, key: str(value)}}
+    return data
+
+
+REQUIRED_FILE_KEYS = ("task", "generators")
+"""Keys every config file must give: a file without them (empty, only comments, ``{}``) describes no experiment."""
+
+
+def _experiment_mapping(data: Any, path: Path) -> Any:
+    """``data`` read from the config file ``path``, refused (ConfigError) when it names no task or generators."""
+    if data is None:
+        raise ConfigError(f"{path}: the config file is empty (or only comments); expected a mapping with at least "
+                          "`task:` (e.g. {name: gsm8k, path: test.jsonl}) and `generators:` (a list, e.g. "
+                          "[{id: smol, model: smollm2-135m-instruct, num_samples: 16}])")
+    missing = [key for key in REQUIRED_FILE_KEYS if isinstance(data, dict) and key not in data]
+    if missing:
+        raise ConfigError(f"{path}: required key(s) missing: {', '.join(missing)}; a config file names at least "
+                          "`task:` (which problems) and `generators:` (a list: which models sample them)")
+    return data
 
 
 def _format_validation_error(exc: ValidationError, source: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -15,22 +16,23 @@ class TaskDataError(ValueError):
 def read_records(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, record)`` from a ``.jsonl``/``.json`` (one object per line, optionally ``.gz``) or ``.parquet`` file.
 
+    Parquet is checked against ``required`` on its schema (the footer) before any row is read, then
+    streamed in batches, so a wrong file is refused at once whatever its size.
+
     Args:
         path: the file.
         required: fields every record must have; a missing one raises TaskDataError.
 
     Raises:
-        TaskDataError: file missing, a line that is not a JSON object, or a missing field.
+        TaskDataError: file missing or a directory, a Parquet file without a required column or not
+            Parquet, a line that is not a JSON object, or a missing field.
     """
     path = Path(path)
+    if path.is_dir():
+        raise TaskDataError(f"{path}: is a directory, expected a .jsonl or .parquet file")
     if not path.is_file():
         raise TaskDataError(f"{path}: file not found")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows = enumerate(pq.read_table(path).to_pylist(), start=1)
-    else:
-        rows = _jsonl_rows(path)
+    rows = _parquet_rows(path, required) if path.suffix == ".parquet" else _jsonl_rows(path)
     for line_number, record in rows:
         missing = [name for name in required if record.get(name) is None]
         if missing:
@@ -38,6 +40,28 @@ def read_records(path: str | Path, required: Sequence[str] = ()) -> Iterator[tup
                 f"{path}:{line_number}: missing field(s) {missing}; expected fields {list(required)}"
             )
         yield line_number, record
+
+
+def _parquet_rows(path: Path, required: Sequence[str], batch_rows: int = 4096) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Rows of a Parquet file (row 1 = line 1), after checking the schema has every ``required`` column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        handle = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise TaskDataError(f"{path}: not a readable Parquet file ({' '.join(str(exc).split())})") from None
+    names = handle.schema_arrow.names
+    missing = [name for name in required if name not in names]
+    if missing:
+        raise TaskDataError(f"{path}: no column(s) {missing} in the Parquet schema ({handle.metadata.num_rows:,} rows "
+                            f"not read); expected columns {list(required)}, found {names[:12]}"
+                            + (" …" if len(names) > 12 else ""))
+    row = 0
+    for batch in handle.iter_batches(batch_size=batch_rows):
+        for record in batch.to_pylist():
+            row += 1
+            yield row, record
 
 
 def _decoded_lines(path: Path, handle) -> Iterator[tuple[int, str]]:
@@ -62,3 +86,21 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not isinstance(record, dict):
                 raise TaskDataError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
             yield line_number, record
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it, fsync and rename (never half a file).
+
+    For files outside an experiment store (a sweep's manifest and report); a store writes through
+    ``ExperimentStore.writing``, which also lists the file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -115,7 +115,8 @@ class Candidate:
         prompt_tokens: tokens in the prompt as sent (counted once per sample).
         completion_tokens: tokens generated.
         finish_reason: ``stop`` (end of sequence), ``length`` (max_tokens hit) or ``error``.
-        wall_time_s: seconds of wall time attributed to this sample (batch time / batch size).
+        wall_time_s: this sample's share of the sampler's wall time (``samplers.base.wall_time_shares``): the
+            seconds up to its yield split over the candidates yielded together; sums to the sampling time.
         seed: the random seed the sample was drawn with (``None`` if unknown).
         error: failure message when ``finish_reason == "error"``.
     """

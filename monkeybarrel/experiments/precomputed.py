@@ -7,7 +7,6 @@ and report stages as any experiment.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,18 +34,19 @@ def write_precomputed(out_dir: str | Path, config: ExperimentConfig, problems: S
         texts, answers, labels: ``[N]`` each (answer None = no answer; label = correct).
         scores: verifier name -> ``[N]`` floats (NaN = missing in the released data).
         source: recorded in the manifest under ``source``.
-        force: replace a non-empty ``out_dir``.
+        force: replace the store at ``out_dir`` (only the files it wrote are deleted).
 
     Raises:
-        StoreError: ``out_dir`` is not empty and not ``force``.
+        StoreError: ``out_dir`` holds a store and not ``force``, or holds files that are not a store's.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not force:
-            raise StoreError(f"{out_dir}: not empty; pass force=True (--force) to replace it")
-        shutil.rmtree(out_dir)
-    n = len(keys)
+    ExperimentStore.check_target(out_dir)  # a new or empty directory, or a store: never among a user's files
     store = ExperimentStore(out_dir)
+    if out_dir.exists() and (out_dir / "manifest.json").exists():
+        if not force:
+            raise StoreError(f"{out_dir}: not empty (it holds a store); pass force=True (--force) to replace it")
+        store.discard()  # exactly the files the store wrote
+    n = len(keys)
     store.write_text("config.yaml", config.to_yaml())
     manifest = new_manifest(config)
     if source is not None:

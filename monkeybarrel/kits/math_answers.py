@@ -9,15 +9,20 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-_CONFIGS = (LatexExtractionConfig(), ExprExtractionConfig())
+@lru_cache(maxsize=1)
+def _math_verify():
+    """``(parse, verify, extraction configs)``; math-verify loads sympy (~1 s), so on first use only."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    return parse, verify, (LatexExtractionConfig(), ExprExtractionConfig())
 
 
 @lru_cache(maxsize=65536)
 def _parse(text: str) -> tuple:
+    parse, _, configs = _math_verify()
     try:
-        return tuple(parse(text, extraction_config=_CONFIGS))
+        return tuple(parse(text, extraction_config=configs))
     except Exception:  # math-verify can raise on pathological input; no answer then
         return ()
 
@@ -56,7 +61,7 @@ def is_equivalent(text: str | None, reference: str | None) -> bool:
     if not gold or not guess:
         return False
     try:
-        return bool(verify(list(gold), list(guess)))
+        return bool(_math_verify()[1](list(gold), list(guess)))
     except Exception:
         return False
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ..core.config import ExperimentConfig
 from ..core.records import Problem, problems_from_table, problems_to_table
+from ..sandbox.base import LayerInfo, layers_mark, layers_used
 from ..tasks.base import Task
 from .report.accuracy_vs_k import accuracy_vs_k_with_intervals
-from .report.allocation import equal_compute_metrics, plot_equal_compute, render_section
+from .report.allocation import MAX_CELLS_X_SAMPLES, plot_equal_compute, render_section, stored_equal_compute
 from .stages.allocation_rounds import run_allocated_sampling, uses_rounds
 from .store.config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
 from .stages.evaluate import evaluate, to_json
@@ -22,9 +24,11 @@ from .store.manifest import new_manifest, now, package_versions
 from .stages.preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
 from .report.markdown import plot_curves, render_markdown
 from .report.html_page import write_html
-from .stages.sample import gpu_summary, run_sample_stage, sum_over_runs, token_summary
+from ..samplers.base import Sampler
+from .stages.sample import (close_samplers, gpu_summary, run_sample_stage, start_samplers, sum_over_runs,
+                            token_summary)
 from .stages.select import run_select_stage
-from .store.experiment_store import ExperimentStore, StoreError, atomic_write_bytes
+from .store.experiment_store import ExperimentStore, StoreError
 from .store.maintenance import compact_if_fragmented
 from .stages.verify import run_verify_stage
 
@@ -34,7 +38,7 @@ log = logging.getLogger("monkeybarrel")
 def open_store(config: ExperimentConfig, out_dir: str | Path, force: bool = False) -> tuple[ExperimentStore, dict[str, Any]]:
     """Open (or create) the store; the caller holds its ``RunLock``.
 
-    ``force`` first deletes what the store wrote (never other files; a non-store directory is refused).
+    ``force`` first deletes the files the store wrote (those ``written.jsonl`` lists, never others).
     Without it, a config is refused only where it differs in a key that produced stored results:
     the task's keys once problems are stored, a generator's once it has candidates. Runtime-only
     options (threads, batch sizes, concurrency) never count. A verifier whose keys changed loses its
@@ -48,11 +52,7 @@ def open_store(config: ExperimentConfig, out_dir: str | Path, force: bool = Fals
     if not manifest:
         return store, new_manifest(config)
     new_inputs = result_inputs(config)
-    changed = changed_sections(manifest.get("result_inputs", {}), new_inputs)
-    stored = stored_sections(store.table_path("problems").is_file(), store.stored_generators(),
-                             set(store.scored_verifiers()))
-    blocking = [line for section, lines in changed.items() if section in stored and not section.startswith("verifiers[")
-                for line in lines]
+    changed, blocking = _changes(config, store, manifest)
     if blocking:
         raise ConfigConflictError(
             f"{out_dir}: holds results of a different configuration; these keys would change stored results:\n  "
@@ -66,6 +66,25 @@ def open_store(config: ExperimentConfig, out_dir: str | Path, force: bool = Fals
                         name, "; ".join(changed[section]), removed)
     manifest["result_inputs"] = {**manifest.get("result_inputs", {}), **new_inputs}
     return store, manifest
+
+
+def stored_conflicts(config: ExperimentConfig, out_dir: str | Path) -> list[str]:
+    """``section.key: old -> new`` for each key of ``config`` that would change results stored in ``out_dir``
+    (what ``open_store`` refuses; [] for a new directory). Reads only."""
+    if not (Path(out_dir) / "manifest.json").is_file():
+        return []
+    store = ExperimentStore(out_dir)
+    return _changes(config, store, store.read_manifest())[1]
+
+
+def _changes(config: ExperimentConfig, store: ExperimentStore,
+             manifest: dict[str, Any]) -> tuple[dict[str, list[str]], list[str]]:
+    """Changed result inputs by section, and the changes that touch stored candidates or problems."""
+    changed = changed_sections(manifest.get("result_inputs", {}), result_inputs(config))
+    stored = stored_sections(store.table_path("problems").is_file(), store.stored_generators(),
+                             set(store.scored_verifiers()))
+    return changed, [line for section, lines in changed.items() if section in stored
+                     and not section.startswith("verifiers[") for line in lines]
 
 
 def store_problems(store: ExperimentStore, problems: list[Problem]) -> None:
@@ -101,18 +120,35 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
         An ``Experiment`` handle on the directory.
     """
     began = time.perf_counter()
-    task, problems = preflight(config)  # data, plug-ins, models and servers are checked before the directory is touched
-    if force:
-        ExperimentStore.check_discardable(out_dir)
-    with RunLock(out_dir, "run"):
-        return _run_locked(config, out_dir, force, show_progress, task, problems, began)
+    mark = layers_mark()
+    samplers = start_samplers(config)  # Ray actors load their models while the task's data loads
+    try:
+        task, problems = preflight(config)  # data, plug-ins, models and servers are checked before the directory is touched
+        announce_sandboxes(layers_used(mark), show_progress)
+        ExperimentStore.check_target(out_dir)  # a run writes into a new or empty directory or its own store only
+        with RunLock(out_dir, "run"):
+            return _run_locked(config, out_dir, force, show_progress, task, problems, began, samplers, mark)
+    finally:
+        close_samplers(samplers)
+
+
+def announce_sandboxes(layers: list[LayerInfo], show_progress: bool) -> None:
+    """One line per sandbox layer the run uses: a warning when it lacks protections."""
+    for layer in layers:
+        if layer.lacks:
+            log.warning("%s", layer.line())
+        elif show_progress:
+            print(layer.line(), file=sys.stderr)
+        else:
+            log.info("%s", layer.line())
 
 
 def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show_progress: bool, task: Task,
-                problems: list[Problem], began: float) -> Experiment:
+                problems: list[Problem], began: float, samplers: dict[str, Sampler], mark: int = 0) -> Experiment:
     store, manifest = open_store(config, out_dir, force)
     store.write_text("config.yaml", config.to_yaml())
-    run_record: dict[str, Any] = {"started": now(), "config_hash": manifest.get("config_hash")}
+    run_record: dict[str, Any] = {"started": now(), "config_hash": manifest.get("config_hash"),
+                                  "sandbox": [layer.as_dict() for layer in layers_used(mark)]}
     manifest.setdefault("runs", []).append(run_record)
     manifest["package_versions"] = package_versions()
     store.write_manifest(manifest)
@@ -122,8 +158,9 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
     stage_times["load"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    run_record["sampled"] = (run_allocated_sampling(store, config, task, problems, show_progress) if uses_rounds(config)
-                             else run_sample_stage(store, config, problems, show_progress))
+    run_record["sampled"] = (run_allocated_sampling(store, config, task, problems, show_progress, samplers=samplers)
+                             if uses_rounds(config) else run_sample_stage(store, config, problems, show_progress,
+                                                                          samplers=samplers))
     stage_times["sample"] = time.perf_counter() - began
 
     began = time.perf_counter()
@@ -135,6 +172,7 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
     stage_times["label"] = time.perf_counter() - began
     compact_if_fragmented(store)
 
+    run_record["sandbox"] = [layer.as_dict() for layer in layers_used(mark)]
     experiment = Experiment(store.root)
     began = time.perf_counter()
     evaluate_and_report(experiment, stage_times=stage_times, manifest=manifest, began=began)
@@ -144,9 +182,13 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
 
 
 def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float] | None = None,
-                        manifest: dict[str, Any] | None = None, began: float | None = None) -> dict[str, Any]:
+                        manifest: dict[str, Any] | None = None, began: float | None = None,
+                        equal_compute: bool | None = None) -> dict[str, Any]:
     """Select, evaluate and write ``selections.parquet``, ``metrics.json``, ``report.md``, ``coverage.png``,
-    ``report.html``."""
+    ``report.html``.
+
+    ``equal_compute``: replay the allocation policies on the stored samples (True), or only reuse a stored
+    replay (False); None: replay when the experiment allocated its samples (``report.allocation``)."""
     store, config = experiment.store, experiment.config
     began = time.perf_counter() if began is None else began
     data = experiment.selection_data()
@@ -160,8 +202,10 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
         accuracy_vs_k_with_intervals(config, data, labels, metrics["ks"], known={"majority": metrics["majority"]},
                                      known_ci95={"majority": metrics.get("majority_ci95", {})})
         if metrics["labelled_candidates"] else ({}, {}))
-    metrics["equal_compute"] = (equal_compute_metrics(data, labels, seed=config.seed) if labelled.all()
-                                else {"skipped": "not every candidate is labelled"})
+    asked = uses_rounds(config) if equal_compute is None else equal_compute
+    metrics["equal_compute"] = (stored_equal_compute(store, data, labels, config.seed, compute=asked,
+                                                     max_cells=MAX_CELLS_X_SAMPLES if equal_compute is None else None)
+                                if labelled.all() else {"skipped": "not every candidate is labelled"})
     manifest = store.read_manifest() if manifest is None else manifest
     costs = manifest.setdefault("costs", {})
     costs["generators"] = token_summary(experiment.candidates())
@@ -175,7 +219,7 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
         last_run = manifest.get("runs", [{}])[-1] if manifest.get("runs") else {}
         costs["stage_gpu_s"] = {"sample": round(sum(gpu_summary([last_run]).values()), 3)}
     store.write_manifest(manifest)
-    atomic_write_bytes(store.root / "metrics.json", to_json(metrics).encode())
+    store.write_text("metrics.json", to_json(metrics))
     write_report(experiment, metrics, manifest)
     return metrics
 
@@ -185,10 +229,13 @@ def write_report(experiment: Experiment, metrics: dict[str, Any] | None = None,
     """(Re)build ``report.md``, ``coverage.png`` and ``report.html`` from the stored metrics."""
     metrics = experiment.metrics() if metrics is None else metrics
     manifest = experiment.manifest() if manifest is None else manifest
-    plot = plot_curves(metrics, experiment.directory / "coverage.png") if metrics else None
-    text = render_markdown(experiment.config.name, metrics, manifest, plot.name if plot else None)
+    store = experiment.store
+    with store.writing("coverage.png") as path:  # plots too are files the store lists (run --force removes them)
+        plot = plot_curves(metrics, path) if metrics else None
+    text = render_markdown(experiment.config.name, metrics, manifest, "coverage.png" if plot else None)
     equal_compute = metrics.get("equal_compute", {}) if metrics else {}
-    allocation_plot = plot_equal_compute(equal_compute, experiment.directory / "allocation.png", experiment.config.name)
-    text += render_section(equal_compute, allocation_plot.name if allocation_plot else None)
-    write_html(experiment, metrics)
+    with store.writing("allocation.png") as path:
+        allocation_plot = plot_equal_compute(equal_compute, path, experiment.config.name)
+    text += render_section(equal_compute, "allocation.png" if allocation_plot else None)
+    write_html(experiment, metrics, text)
     return experiment.store.write_text("report.md", text)

@@ -7,6 +7,7 @@ store them in chunks. A request that fails yields error candidates instead of ra
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import traceback
@@ -17,7 +18,29 @@ from ..core.config import GeneratorSpec
 from ..core.records import Candidate, Problem
 from ..core.sampling import SAMPLERS, SampleRequest, request_seed
 
-__all__ = ["SAMPLERS", "SampleRequest", "Sampler", "request_seed"]
+__all__ = ["SAMPLERS", "SampleRequest", "Sampler", "request_seed", "wall_time_shares"]
+
+
+def wall_time_shares(batches: Iterable[list[Candidate]]) -> Iterator[list[Candidate]]:
+    """Yield ``batches`` with each candidate's ``wall_time_s`` set to its share of the sampler's wall time.
+
+    The seconds from the first request for a batch (or from the previous yield) to a yield are split
+    evenly over the candidates yielded then. Over one ``sample`` call the column therefore sums to the
+    call's wall time (model loading and the caller's writes between yields included), however the
+    backend overlaps its work (several problems in one decode batch, concurrent HTTP requests): a
+    cost share, not a sample's latency.
+    """
+    last = time.perf_counter()  # a generator's body starts at the caller's first request
+    try:
+        for batch in batches:
+            now = time.perf_counter()
+            share = (now - last) / max(len(batch), 1)
+            last = now
+            yield [dataclasses.replace(c, wall_time_s=share) for c in batch]
+    finally:  # a caller that stops early (Ctrl-C, an error) closes the backend's generator now, not at GC
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 class Sampler(ABC):
@@ -56,12 +79,13 @@ class Sampler(ABC):
         """Serve ``spec`` (same engine key) from now on: its id, prompt and sampling settings."""
         self.spec = spec
 
-    def messages(self, problem: Problem) -> list[dict[str, str]]:
-        """The chat sent for ``problem``: optional system prompt, then the templated user turn."""
-        chat = problem.chat(self.spec.system_prompt)
+    def messages(self, problem: Problem, spec: GeneratorSpec | None = None) -> list[dict[str, str]]:
+        """The chat sent for ``problem``: optional system prompt, then the templated user turn (``spec``: this one's)."""
+        spec = spec or self.spec
+        chat = problem.chat(spec.system_prompt)
         last = chat[-1]
         if last["role"] == "user":
-            chat[-1] = {"role": "user", "content": self.spec.prompt_template.format(prompt=last["content"])}
+            chat[-1] = {"role": "user", "content": spec.prompt_template.format(prompt=last["content"])}
         return chat
 
     @abstractmethod
@@ -71,8 +95,12 @@ class Sampler(ABC):
     def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
         """Yield the candidates of each request, in completion order; failures become error candidates.
 
-        Backends that batch across requests override this.
+        Backends that batch across requests override this (and set ``wall_time_s`` with
+        :func:`wall_time_shares`, so it means the same for every backend).
         """
+        return wall_time_shares(self._each(requests))
+
+    def _each(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
         for request in requests:
             started = time.perf_counter()
             try:
@@ -80,12 +108,13 @@ class Sampler(ABC):
             except Exception as exc:  # a crashing sample is a recorded failure, never a lost run
                 yield self.failed(request, exc, time.perf_counter() - started)
 
-    def failed(self, request: SampleRequest, exc: BaseException, wall_time_s: float) -> list[Candidate]:
-        """Error candidates for every index of ``request``."""
+    def failed(self, request: SampleRequest, exc: BaseException, wall_time_s: float,
+               spec: GeneratorSpec | None = None) -> list[Candidate]:
+        """Error candidates for every index of ``request`` (of ``spec``'s generator; default this sampler's)."""
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         share = wall_time_s / max(len(request.sample_indices), 1)
         return [
-            Candidate(problem_id=request.problem.problem_id, generator_id=self.generator_id, sample_index=i,
+            Candidate(problem_id=request.problem.problem_id, generator_id=(spec or self.spec).id, sample_index=i,
                       text=None, finish_reason="error", wall_time_s=share, seed=request.seed, error=message)
             for i in request.sample_indices
         ]

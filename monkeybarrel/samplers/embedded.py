@@ -10,7 +10,6 @@ from its own seeded RNG.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -19,7 +18,7 @@ import torch
 from ..core.config import GeneratorSpec
 from ..core.models import LazyModel, load_pretrained
 from ..core.records import Candidate
-from .base import SAMPLERS, SampleRequest, Sampler
+from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
 from .decoding import sample_next
 from .kv_cache import GrowingCache
 
@@ -34,7 +33,6 @@ class _Group:
     generator: torch.Generator
     tokens: list[list[int]] = field(default_factory=list)
     finish: list[str] = field(default_factory=list)
-    started: float = 0.0
 
 
 @SAMPLERS.register("embedded")
@@ -80,8 +78,13 @@ class EmbeddedSampler(LazyModel, Sampler):
         """Yield each request's candidates; requests are packed into batches of ``max_batch`` rows.
 
         The model is loaded first: a model that cannot load stops the run (nothing is recorded),
-        while a request that fails afterwards becomes error candidates.
+        while a request that fails afterwards becomes error candidates. ``wall_time_s``: each
+        candidate's share of the time since the previous yield (see ``wall_time_shares``), so the
+        requests of one decode batch, which finish at different steps, never count the same seconds twice.
         """
+        return wall_time_shares(self._batches(requests))
+
+    def _batches(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
         self.load()
         pending: list[_Group] = []
         rows = 0
@@ -105,24 +108,23 @@ class EmbeddedSampler(LazyModel, Sampler):
             yield from self._run_batch(pending)
 
     def _run_batch(self, groups: list[_Group]) -> Iterator[list[Candidate]]:
-        started = time.perf_counter()
+        done: set[int] = set()
         try:
-            finished = self.decode(groups)
-            for group in finished:
-                yield self._candidates(group, started)
-        except Exception as exc:  # the whole batch failed: record every request's failure
+            for group in self.decode(groups):
+                done.add(id(group))
+                yield self._candidates(group)
+        except Exception as exc:  # the batch failed: record the failure of every request not yielded yet
             for group in groups:
-                yield self.failed(SampleRequest(group.request.problem, group.indices, group.request.seed), exc,
-                                  time.perf_counter() - started)
+                if id(group) not in done:
+                    yield self.failed(SampleRequest(group.request.problem, group.indices, group.request.seed), exc, 0.0)
 
-    def _candidates(self, group: _Group, started: float) -> list[Candidate]:
-        share = (time.perf_counter() - started) / max(len(group.indices), 1)
+    def _candidates(self, group: _Group) -> list[Candidate]:
         return [
             Candidate(
                 problem_id=group.request.problem.problem_id, generator_id=self.generator_id, sample_index=index,
                 text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                 prompt_tokens=int(group.prompt_ids.shape[0]), completion_tokens=len(tokens),
-                finish_reason=finish, wall_time_s=share, seed=group.request.seed,
+                finish_reason=finish, seed=group.request.seed,
             )
             for index, tokens, finish in zip(group.indices, group.tokens, group.finish)
         ]

@@ -23,14 +23,13 @@ import hashlib
 import os
 import queue
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate
 from ..kits.chat import ChatEndpoint, ServerError
-from .base import SAMPLERS, SampleRequest, Sampler
+from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
 
 @dataclass(frozen=True)
 class _Piece:
@@ -115,7 +114,13 @@ class OpenAISampler(Sampler):
         return [c for batch in self.sample([request]) for c in batch]
 
     def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
-        """Yield each request's candidates in completion order (requests run concurrently)."""
+        """Yield each request's candidates in completion order (requests run concurrently).
+
+        ``wall_time_s``: each candidate's share of the time since the previous request's candidates
+        came back (``wall_time_shares``), not its request's latency, which overlaps the others'."""
+        return wall_time_shares(self._completed(requests))
+
+    def _completed(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
         requests = list(requests)
         if not requests:
             return
@@ -160,11 +165,10 @@ class OpenAISampler(Sampler):
             async def worker() -> None:
                 while not todo.empty():
                     request = todo.get_nowait()
-                    started = time.perf_counter()
                     try:
                         candidates = await self._request(client, slots, request)
                     except Exception as exc:  # a failed request is recorded, the others go on
-                        candidates = self.failed(request, exc, time.perf_counter() - started)
+                        candidates = self.failed(request, exc, 0.0)
                     results.put(candidates)
 
             await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(requests)))))
@@ -181,7 +185,6 @@ class OpenAISampler(Sampler):
         return sorted((c for part in parts for c in part), key=lambda c: c.sample_index)
 
     async def _piece(self, client, slots: asyncio.Semaphore, request: SampleRequest, piece: _Piece) -> list[Candidate]:
-        started = time.perf_counter()
         try:
             answer = await self.endpoint.post(client, slots, self._body(request, len(piece.indices), piece.seed))
         except ServerError as exc:
@@ -194,7 +197,7 @@ class OpenAISampler(Sampler):
                 self.use_n = False
             return [c for part in parts for c in part]
         choices = sorted(answer.get("choices") or [], key=lambda c: c.get("index", 0))[: len(piece.indices)]
-        candidates = self._candidates(request, piece, answer, choices, time.perf_counter() - started)
+        candidates = self._candidates(request, piece, answer, choices)
         if len(choices) < len(piece.indices):  # the server ignored n: fetch the rest one by one
             if self.use_n is None:
                 self.use_n = False
@@ -213,7 +216,7 @@ class OpenAISampler(Sampler):
         return {**body, **self.extra_body}
 
     def _candidates(self, request: SampleRequest, piece: _Piece, answer: dict[str, Any],
-                    choices: list[dict[str, Any]], wall_s: float) -> list[Candidate]:
+                    choices: list[dict[str, Any]]) -> list[Candidate]:
         usage = answer.get("usage") or {}
         texts = [(c.get("message") or {}).get("content") or "" for c in choices]
         if all(isinstance(c.get("token_ids"), list) for c in choices):
@@ -221,13 +224,12 @@ class OpenAISampler(Sampler):
         else:
             tokens = split_tokens(int(usage.get("completion_tokens") or 0), texts,
                                   [c.get("finish_reason") == "length" for c in choices], self.spec.max_tokens)
-        share = wall_s / max(len(choices), 1)
         out = []
         for index, choice, text, count in zip(piece.indices, choices, texts, tokens):
             reason = choice.get("finish_reason") or "stop"
             out.append(Candidate(
                 problem_id=request.problem.problem_id, generator_id=self.generator_id, sample_index=index,
                 text=text, prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=count,
-                finish_reason="error" if reason == "abort" else reason, wall_time_s=share, seed=piece.seed,
+                finish_reason="error" if reason == "abort" else reason, seed=piece.seed,
                 error="the server aborted the request" if reason == "abort" else None))
         return out

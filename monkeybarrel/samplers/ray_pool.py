@@ -1,9 +1,21 @@
 """The ``ray`` backend: any other backend spread over a pool of Ray actors (extra ``[ray]``).
 
-Each actor builds the inner sampler once (one per GPU with ``num_gpus_per_worker: 1``, or per
-``num_cpus_per_worker`` CPUs) and samples tasks of ``requests_per_task`` problems as streaming
-generators, so every problem's candidates reach the runner, and so the store, as soon as a worker
-yields them. Each worker has up to ``tasks_per_worker`` tasks queued, so it never idles between tasks.
+Each actor builds the inner sampler once (one per GPU with ``num_gpus_per_worker: 1``, the default for
+``vllm``; or per ``num_cpus_per_worker`` CPUs) and samples tasks as streaming generators, so every
+problem's candidates reach the runner, and so the store, as soon as a worker yields them.
+
+Work is handed out by tokens, not by a count of problems: a problem costs its prompt (estimated at 4
+characters a token) plus ``n x max_tokens``; each worker holds up to ``tokens_in_flight`` of them
+(default: twice what its engine decodes at once, e.g. 2 x 1024 sequences for vLLM on a GPU), never
+more than its fair share of what is left, so one worker is filled and two workers split the job.
+A worker whose inner sampler batches continuously (``vllm``: :meth:`VLLMSampler.serve`) runs one
+engine loop fed by all of its tasks, so its batch never drains between tasks; other backends sample
+one task at a time.
+
+Start-up: :meth:`RaySampler.prestart` starts Ray and the actors and returns at once (the runner calls it
+before the task's data load, so the actors' imports and engine start overlap it); ``timings`` records
+``ray_init_s`` and ``workers_ready_s``. Inside ``shared_engines()`` (a sweep) the actors outlive each
+experiment: later experiments with the same model and options reuse them.
 
 Failures: when a worker process dies (killed, out of memory, node lost) the samples of its
 unfinished tasks that had not come back are queued again for the other workers, and a replacement
@@ -18,7 +30,11 @@ Cluster: ``address`` (or ``$RAY_ADDRESS``) joins a running cluster (``ray://head
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
+import queue
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,20 +42,38 @@ from typing import Any, Iterable, Iterator
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate
-from .base import SAMPLERS, SampleRequest, Sampler
+from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
+
+ENGINE_ROWS = {"vllm": 1024, "embedded": 64, "openai": 64}
+"""Sequences an inner backend decodes at once by default (vLLM's ``max_num_seqs`` on a 80 GB GPU, the
+embedded sampler's ``max_batch``, the OpenAI client's ``max_concurrency``)."""
+ROW_OPTION = {"vllm": ("engine_kwargs", "max_num_seqs"), "embedded": (None, "max_batch"),
+              "openai": (None, "max_concurrency")}
 
 
 class _Worker:
-    """A Ray actor holding one inner sampler (wrapped with ``ray.remote`` at start-up)."""
+    """A Ray actor holding one inner sampler (wrapped with ``ray.remote`` at start-up).
 
-    def __init__(self, spec: GeneratorSpec, options: dict[str, Any]) -> None:
+    With a continuous inner sampler (one that has ``serve``), a thread runs its engine loop over a
+    queue that every task feeds, and each task yields its own problems' candidates back; the actor is
+    threaded (``max_concurrency``), so tasks wait on their queues side by side.
+    """
+
+    def __init__(self, spec: GeneratorSpec, options: dict[str, Any], expected_sharing: float | None = None) -> None:
         from ..core.plugins import build_plugin
 
         self.sampler = build_plugin(SAMPLERS, spec.backend, f"generators[id={spec.id}].options.backend", spec=spec,
                                     **options)
+        if expected_sharing is not None and hasattr(self.sampler, "expected_sharing"):
+            self.sampler.expected_sharing = expected_sharing  # `attention: auto` decides before requests come
         load = getattr(self.sampler, "load", None)
         if load is not None:
             load()  # a model that cannot load fails the actor's start, and so the run
+        self._feed: queue.Queue = queue.Queue()
+        self._routes: dict[int, queue.Queue] = {}
+        self._tasks = itertools.count()
+        self._lock = threading.Lock()
+        self._engine: threading.Thread | None = None
 
     def info(self) -> dict[str, Any]:
         import ray
@@ -47,8 +81,49 @@ class _Worker:
         context = ray.get_runtime_context()
         return {"pid": os.getpid(), "node_id": context.get_node_id(), "gpu_ids": ray.get_gpu_ids()}
 
-    def sample(self, requests: list[SampleRequest]) -> Iterator[list[Candidate]]:
-        yield from self.sampler.sample(requests)
+    def sample(self, requests: list[SampleRequest], spec: GeneratorSpec) -> Iterator[list[Candidate]]:
+        if not hasattr(self.sampler, "serve"):
+            with self._lock:  # one task at a time through a sampler that is not continuous
+                self.sampler.rebind(spec)
+                yield from self.sampler.sample(requests)
+            return
+        task, out = next(self._tasks), queue.Queue()
+        self._routes[task] = out
+        self._start_engine()
+        for request in requests:
+            self._feed.put((task, request, spec))
+        remaining = sum(len(r.sample_indices) for r in requests)
+        try:
+            while remaining > 0:
+                candidates = out.get()
+                if isinstance(candidates, BaseException):
+                    raise candidates
+                remaining -= len(candidates)
+                yield candidates
+        finally:
+            del self._routes[task]
+
+    def _start_engine(self) -> None:
+        with self._lock:
+            if self._engine is None:
+                self._engine = threading.Thread(target=self._serve, name="monkeybarrel-engine", daemon=True)
+                self._engine.start()
+
+    def _serve(self) -> None:
+        def take(block: bool):
+            try:
+                return self._feed.get(block=block)
+            except queue.Empty:
+                return None
+
+        try:
+            for task, candidates in self.sampler.serve(take, lambda: False):
+                route = self._routes.get(task)
+                if route is not None:
+                    route.put(candidates)
+        except BaseException as exc:  # the engine died: every waiting task fails with its error
+            for route in list(self._routes.values()):
+                route.put(exc)
 
     def close(self) -> None:
         self.sampler.close()
@@ -61,6 +136,7 @@ class _Handle:
     ready: Any = None  # the ObjectRef of ``info()`` until the actor is up
     info: dict[str, Any] = field(default_factory=dict)
     busy: int = 0
+    tokens: float = 0.0  # estimated tokens of its samples not yet back
     ended: float | None = None
 
 
@@ -68,6 +144,7 @@ class _Handle:
 class _Task:
     handle: _Handle
     outstanding: dict[str, tuple[SampleRequest, set[int]]]  # problem_id -> (request, indices not yet back)
+    per_sample: dict[str, float]  # problem_id -> estimated tokens per sample
 
 
 @SAMPLERS.register("ray")
@@ -81,8 +158,13 @@ class RaySampler(Sampler):
         num_workers: actors to start; None = one per GPU of the cluster when ``num_gpus_per_worker`` > 0,
             else cluster CPUs // ``num_cpus_per_worker``.
         address: Ray cluster to join (``auto``, ``ray://host:10001``); None = ``$RAY_ADDRESS`` or a local instance.
-        num_cpus_per_worker, num_gpus_per_worker: resources each actor reserves.
-        requests_per_task: problems per actor task (the inner backend batches across them).
+        num_cpus_per_worker: CPUs each actor reserves.
+        num_gpus_per_worker: GPUs each actor reserves; None = the inner vLLM's ``tensor_parallel_size``
+            (1) for ``vllm``, else 0. 0.5 puts two workers on one GPU (give each a
+            ``gpu_memory_utilization`` below 0.5).
+        tokens_in_flight: estimated tokens (prompt + n x max_tokens per problem) a worker holds at once;
+            None = 2 x the sequences its engine decodes at once x (max_tokens + 256).
+        requests_per_task: at most this many problems per task (None: only tokens decide).
         tasks_per_worker: tasks queued on each actor at once.
         max_worker_restarts: replacement actors started after worker deaths, in all.
         max_attempts: worker deaths a problem may see before it is recorded as failed.
@@ -93,55 +175,82 @@ class RaySampler(Sampler):
 
     def __init__(self, spec: GeneratorSpec, backend: str = "embedded", backend_options: dict[str, Any] | None = None,
                  num_workers: int | None = None, address: str | None = None, num_cpus_per_worker: float = 1.0,
-                 num_gpus_per_worker: float = 0.0, requests_per_task: int = 4, tasks_per_worker: int = 2,
-                 max_worker_restarts: int = 4, max_attempts: int = 3, start_timeout_s: float = 900.0,
-                 runtime_env: dict[str, Any] | None = None, init_options: dict[str, Any] | None = None) -> None:
+                 num_gpus_per_worker: float | None = None, tokens_in_flight: int | None = None,
+                 requests_per_task: int | None = None, tasks_per_worker: int = 2, max_worker_restarts: int = 4,
+                 max_attempts: int = 3, start_timeout_s: float = 900.0, runtime_env: dict[str, Any] | None = None,
+                 init_options: dict[str, Any] | None = None) -> None:
         super().__init__(spec)
         if backend == "ray":
             raise ValueError("backend must be another sampler backend than 'ray'")
-        for name, value, low in (("num_workers", num_workers or 1, 1), ("requests_per_task", requests_per_task, 1),
+        options = dict(backend_options or {})
+        if num_gpus_per_worker is None:
+            num_gpus_per_worker = float(options.get("tensor_parallel_size", 1)) if backend == "vllm" else 0.0
+        for name, value, low in (("num_workers", num_workers, 1), ("requests_per_task", requests_per_task, 1),
+                                 ("tokens_in_flight", tokens_in_flight, 1),
                                  ("tasks_per_worker", tasks_per_worker, 1), ("max_attempts", max_attempts, 1),
                                  ("max_worker_restarts", max_worker_restarts, 0),
                                  ("num_cpus_per_worker", num_cpus_per_worker, 0),
                                  ("num_gpus_per_worker", num_gpus_per_worker, 0)):
-            if value < low:
+            if value is not None and value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
-        self.inner_spec = spec.model_copy(update={"backend": backend, "options": dict(backend_options or {})})
+        self.backend = backend
+        self.inner_spec = spec.model_copy(update={"backend": backend, "options": options})
         self.num_workers, self.address = num_workers, address
         self.num_cpus_per_worker, self.num_gpus_per_worker = num_cpus_per_worker, num_gpus_per_worker
-        self.requests_per_task, self.tasks_per_worker = requests_per_task, tasks_per_worker
+        self.tokens_in_flight, self.requests_per_task = tokens_in_flight, requests_per_task
+        self.tasks_per_worker = tasks_per_worker
         self.max_worker_restarts, self.max_attempts = max_worker_restarts, max_attempts
         self.start_timeout_s = start_timeout_s
         self.runtime_env, self.init_options = runtime_env, dict(init_options or {})
         self.workers: list[_Handle] = []
         self.stats = {"worker_deaths": 0, "requeued_samples": 0, "restarts": 0}
         """Worker deaths seen, samples queued again after them, replacement workers started."""
+        self.timings: dict[str, float] = {}
+        """``ray_init_s`` (joining or starting Ray) and ``workers_ready_s`` (from :meth:`prestart` until every
+        first worker has built its sampler, model and engine included)."""
         self._retired: list[_Handle] = []
         self._started_ray = False
         self._actor_class = None
+        self._prestarted: float | None = None
+
+    # ---- engine sharing ------------------------------------------------------------------
+    def rebind(self, spec: GeneratorSpec) -> None:
+        super().rebind(spec)
+        self.inner_spec = spec.model_copy(update={"backend": self.backend, "options": self.inner_spec.options})
 
     # ---- workers -------------------------------------------------------------------------
-    def load(self) -> None:
-        """Join or start Ray and start the workers (each loads its model before this returns)."""
+    def prestart(self) -> None:
+        """Join or start Ray and start the workers without waiting for them (their models load meanwhile)."""
         if self.workers:
             return
         try:
             import ray
         except ImportError as exc:
             raise ImportError("the ray backend needs Ray: `pip install 'monkeybarrel[ray]'`") from exc
+        self._prestarted = time.perf_counter()
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS")
             options = {"include_dashboard": False} if address is None else {}
             ray.init(address=address, runtime_env=self.runtime_env, log_to_driver=False,
                      **{**options, **self.init_options})
             self._started_ray = True
+        self.timings["ray_init_s"] = round(time.perf_counter() - self._prestarted, 3)
         self._actor_class = ray.remote(_Worker)
         count = self.num_workers or self._default_workers(ray.cluster_resources())
-        handles = [self._spawn() for _ in range(count)]
-        infos = ray.get([h.ready for h in handles])  # raises if a worker cannot start (e.g. its model)
-        for handle, info in zip(handles, infos):
+        self.workers = [self._spawn() for _ in range(count)]
+
+    def load(self) -> None:
+        """Start Ray and the workers, and wait until each has loaded its model (raises if one cannot)."""
+        self.prestart()
+        starting = [h for h in self.workers if h.ready is not None]
+        if not starting:
+            return
+        import ray
+
+        infos = ray.get([h.ready for h in starting])  # raises if a worker cannot start (e.g. its model)
+        for handle, info in zip(starting, infos):
             handle.info, handle.ready = info, None
-        self.workers = handles
+        self.timings.setdefault("workers_ready_s", round(time.perf_counter() - self._prestarted, 3))
 
     def _default_workers(self, resources: dict[str, float]) -> int:
         if self.num_gpus_per_worker > 0:
@@ -154,7 +263,8 @@ class RaySampler(Sampler):
 
     def _spawn(self) -> _Handle:
         actor = self._actor_class.options(num_cpus=self.num_cpus_per_worker, num_gpus=self.num_gpus_per_worker,
-                                          max_restarts=0).remote(self.inner_spec, self.inner_spec.options)
+                                          max_restarts=0, max_concurrency=self.tasks_per_worker + 1).remote(
+            self.inner_spec, self.inner_spec.options, float(self.spec.num_samples))
         return _Handle(actor, time.perf_counter(), ready=actor.info.remote())
 
     def worker_info(self) -> list[dict[str, Any]]:
@@ -168,12 +278,44 @@ class RaySampler(Sampler):
         now = time.perf_counter()
         return sum(self.num_gpus_per_worker * ((h.ended or now) - h.started) for h in self.workers + self._retired)
 
+    # ---- work sizing ---------------------------------------------------------------------
+    def worker_tokens(self) -> float:
+        """Estimated tokens a worker holds at once (``tokens_in_flight`` or its default)."""
+        if self.tokens_in_flight is not None:
+            return float(self.tokens_in_flight)
+        container, key = ROW_OPTION.get(self.backend, (None, ""))
+        options = self.inner_spec.options
+        rows = (options.get(container) or {}) if container else options
+        engine_rows = rows.get(key) or ENGINE_ROWS.get(self.backend, 64)
+        return 2.0 * engine_rows * (self.spec.max_tokens + 256)
+
+    def request_tokens(self, request: SampleRequest) -> float:
+        """Estimated tokens of ``request``: its prompt (4 characters a token) + samples x max_tokens."""
+        prompt = sum(len(m["content"]) for m in self.messages(request.problem)) / 4
+        return prompt + len(request.sample_indices) * self.spec.max_tokens
+
+    def _next_task(self, todo: deque[SampleRequest], handle: _Handle, share: float) -> list[SampleRequest]:
+        """Requests for ``handle``'s next task: up to its free tokens and its fair ``share`` (at least one)."""
+        room = min(self.worker_tokens() - handle.tokens, share)
+        batch, tokens = [todo.popleft()], 0.0
+        tokens += self.request_tokens(batch[0])
+        while todo and tokens + self.request_tokens(todo[0]) <= room and (
+                self.requests_per_task is None or len(batch) < self.requests_per_task):
+            tokens += self.request_tokens(todo[0])
+            batch.append(todo.popleft())
+        return batch
+
     # ---- sampling ------------------------------------------------------------------------
     def _sample(self, request: SampleRequest) -> list[Candidate]:
         return [c for batch in self.sample([request]) for c in batch]
 
     def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
-        """Yield candidates as workers produce them (one list per request or part of a request)."""
+        """Yield candidates as workers produce them (one list per request or part of a request); each
+        candidate's ``wall_time_s`` is its share of this call's wall time (``wall_time_shares``: the
+        workers' own figures overlap)."""
+        return wall_time_shares(self._gather(requests))
+
+    def _gather(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
         import ray
         from ray.exceptions import RayActorError
 
@@ -182,13 +324,18 @@ class RaySampler(Sampler):
         attempts: dict[str, int] = {}
         inflight: dict[Any, _Task] = {}
         while todo or inflight:
-            for handle in self.workers:
-                while todo and handle.ready is None and handle.busy < self.tasks_per_worker:
-                    batch = [todo.popleft() for _ in range(min(self.requests_per_task, len(todo)))]
-                    generator = handle.actor.sample.options(num_returns="streaming").remote(batch)
+            live = [h for h in self.workers if h.ready is None]
+            share = math.ceil(sum(self.request_tokens(r) for r in todo) / max(len(live), 1))
+            for handle in live:
+                while todo and handle.busy < self.tasks_per_worker and (
+                        handle.busy == 0 or handle.tokens < self.worker_tokens()):
+                    batch = self._next_task(todo, handle, share)
+                    generator = handle.actor.sample.options(num_returns="streaming").remote(batch, self.spec)
+                    per_sample = {r.problem.problem_id: self.request_tokens(r) / len(r.sample_indices) for r in batch}
                     inflight[generator] = _Task(handle, {r.problem.problem_id: (r, set(r.sample_indices))
-                                                         for r in batch})
+                                                         for r in batch}, per_sample)
                     handle.busy += 1
+                    handle.tokens += sum(self.request_tokens(r) for r in batch)
             starting = {h.ready: h for h in self.workers if h.ready is not None}
             if not inflight and not starting:
                 raise RuntimeError(f"no Ray sampler workers left; {len(todo)} problems were not sampled "
@@ -207,6 +354,7 @@ class RaySampler(Sampler):
             except StopIteration:
                 del inflight[ready[0]]
                 task.handle.busy -= 1
+                task.handle.tokens -= _unreturned_tokens(task)
                 yield from self._unreturned(task, RuntimeError("the worker finished the task without these samples"))
                 continue
             except RayActorError as exc:
@@ -215,11 +363,15 @@ class RaySampler(Sampler):
             except Exception as exc:  # the inner sampler raised: its problems become error candidates
                 del inflight[ready[0]]
                 task.handle.busy -= 1
+                task.handle.tokens -= _unreturned_tokens(task)
                 yield from self._unreturned(task, exc)
                 continue
             if candidates:
-                _, indices = task.outstanding.get(candidates[0].problem_id, (None, set()))
-                indices.difference_update(c.sample_index for c in candidates)
+                pid = candidates[0].problem_id
+                _, indices = task.outstanding.get(pid, (None, set()))
+                back = indices & {c.sample_index for c in candidates}
+                indices.difference_update(back)
+                task.handle.tokens -= len(back) * task.per_sample.get(pid, 0.0)
                 yield candidates
 
     def _started(self, handle: _Handle) -> None:
@@ -286,3 +438,7 @@ class RaySampler(Sampler):
 def _subset(request: SampleRequest, indices: set[int]) -> SampleRequest:
     """``request`` restricted to ``indices`` (same problem and seed)."""
     return SampleRequest(request.problem, tuple(i for i in request.sample_indices if i in indices), request.seed)
+
+
+def _unreturned_tokens(task: _Task) -> float:
+    return sum(len(indices) * task.per_sample.get(pid, 0.0) for pid, (_, indices) in task.outstanding.items())

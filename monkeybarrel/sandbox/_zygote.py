@@ -1,7 +1,9 @@
 """The warm-Python server that runs inside one bubblewrap sandbox slot (see ``warm_python.py``).
 
 It is started as pid 1 of the slot's pid namespace (``python3 -I -S _zygote.py``), reads one JSON
-request per line on fd 3 and answers one JSON line per request on fd 4. Per request it writes the
+request per line on fd 3 and answers one JSON line per request on fd 4; a run with sealed input also
+gets its memfd on the datagram socket fd 5 (``SCM_RIGHTS``), which the server hands to the run as
+fd 3 without ever reading it. Per request it writes the
 run's files into ``/work`` and forks a child. With ``join``, the child waits on a pipe while the
 server reports its pid (``{"forked": pid}``) and the host moves it into the run's cgroup (the host
 answers ``go``, or ``abort``). The child then applies the run's rlimits, takes fresh
@@ -22,22 +24,28 @@ import os
 import resource
 import select
 import signal
+import socket
 import sys
 import time
 
 # modules most test programs import, loaded once here so each run's fork starts warm
-import collections, functools, itertools, math, re, string, typing, heapq, bisect, hashlib  # noqa: E401,F401
+import collections, functools, itertools, math, re, string, typing, heapq, bisect, hashlib, hmac  # noqa: E401,F401
 import runpy
 import traceback
 
-CONTROL_IN, CONTROL_OUT = 3, 4
+CONTROL_IN, CONTROL_OUT, CONTROL_FDS = 3, 4, 5
+SEALED_FD = 3
 WORKDIR = "/work"
 WIPED = (WORKDIR, "/tmp", "/var/tmp", "/run", "/dev/shm", "/dev/mqueue")
 IPC_RMID = 0
 
 
+_fd_channel = [None]
+
+
 def main() -> None:
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    _fd_channel[0] = socket.socket(fileno=CONTROL_FDS)
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(number, signal.SIG_IGN)
     while True:
@@ -77,6 +85,10 @@ def write_files(files: dict) -> None:
 
 def serve(request: dict) -> dict:
     limits = request["limits"]
+    sealed = None
+    if request.get("sealed"):
+        _, fds, _, _ = socket.recv_fds(_fd_channel[0], 1, 1)
+        sealed = fds[0]
     write_files(request["files"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -92,10 +104,10 @@ def serve(request: dict) -> dict:
             if request["join"] and os.read(gate_r, 1) != b"g":
                 os._exit(120)
             os.close(gate_r)
-            child(request, limits, stdin, out_w, err_w)
+            child(request, limits, stdin, out_w, err_w, sealed)
         finally:
             os._exit(120)
-    for fd in (out_w, err_w, stdin, gate_r):
+    for fd in (out_w, err_w, stdin, gate_r) + ((sealed,) if sealed is not None else ()):
         os.close(fd)
     if request["join"]:
         send({"forked": pid})
@@ -161,12 +173,15 @@ def serve(request: dict) -> dict:
             "stderr": base64.b64encode(bytes(kept[err_r])).decode(), "stderr_total": total[err_r]}
 
 
-def child(request: dict, limits: dict, stdin: int, out_w: int, err_w: int) -> None:
+def child(request: dict, limits: dict, stdin: int, out_w: int, err_w: int, sealed) -> None:
     os.setsid()
     os.dup2(stdin, 0)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
-    os.closerange(3, 1 << 16)
+    if sealed is not None:
+        os.dup2(sealed, SEALED_FD)
+        request["env"]["MONKEYBARREL_SEALED"] = f"fd:{SEALED_FD}"
+    os.closerange(3 if sealed is None else SEALED_FD + 1, 1 << 16)
     cpu = limits["cpu_seconds"]
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the limit, SIGKILL a second later
     for name, value in (("RLIMIT_AS", limits["memory_bytes"]),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import signal
+import threading
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -108,6 +109,9 @@ class ExecutionResult:
         backend: the sandbox type that ran it (``local``, ``docker``).
         protections: the isolation layers that applied, e.g. ``("uid", "netns", "pidns", "ro-root")``.
         error: why the sandbox failed (SANDBOX_ERROR) or a note on the outcome; None otherwise.
+        verdict: with ``sealed`` input only: the text the holder of the run's token wrote after it on
+            stdout (that line is removed from ``stdout``); None when no line carried the token. Only
+            the harness that took the sealed input can write it (``sealed.py``).
     """
 
     outcome: Outcome
@@ -121,6 +125,7 @@ class ExecutionResult:
     backend: str = ""
     protections: tuple[str, ...] = ()
     error: str | None = None
+    verdict: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -136,6 +141,7 @@ class Job:
     command: Sequence[str]
     stdin: str | bytes | None = None
     limits: Limits | None = None
+    sealed: bytes | None = None
 
 
 class OutputBuffer:
@@ -166,6 +172,84 @@ class OutputBuffer:
         return body
 
 
+FULL_ISOLATION: dict[str, tuple[tuple[str, ...], str]] = {
+    "network namespace": (("netns",), "programs reach the host's network, also in runs with network=False"),
+    "host file system hidden": (("minimal-view", "container"),
+                                "programs see the host's files and unix sockets (file permissions only)"),
+    "pid namespace": (("pidns",), "programs see the host's processes; leftovers are found and killed by uid"),
+    "IPC namespace": (("ipcns",), "programs share the host's SysV IPC and message queues"),
+    "private scratch": (("private-tmp",), "programs share the host's /tmp, /var/tmp and /dev/shm"),
+    "separate uid": (("uid", "userns", "user"), "programs run as a uid that is not the sandbox's own (yours, or "
+                                                "an image's): they can signal that uid's processes and read their "
+                                                "memory"),
+    "memory of the whole run": (("cgroup-memory",), "memory is limited per process (RLIMIT_AS), not for the "
+                                                   "run's process tree"),
+    "processes of the whole run": (("cgroup-pids",), "processes are limited per uid (RLIMIT_NPROC), not per run"),
+    "disk budget": (("disk-budget",), "the work directory has no size limit"),
+}
+"""What a full layer gives: ``{name: (protections that provide it (any), what a run lacks without it)}``."""
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """Which isolation layer a sandbox runs, and what it lacks against a full layer (``FULL_ISOLATION``).
+
+    Attributes:
+        backend: ``local`` or ``docker``.
+        layer: e.g. ``bwrap``, ``bwrap+warm``, ``unshare``, ``none``, ``docker``.
+        protections: the layers every run gets (``Sandbox.protections``).
+        opt_in: the option by which the user accepted a weaker layer (e.g. ``allow_unisolated``), or None.
+        notes: further facts a reader of the results should know (e.g. where CPU seconds come from).
+    """
+
+    backend: str
+    layer: str
+    protections: tuple[str, ...]
+    opt_in: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def lacks(self) -> dict[str, str]:
+        """``{missing protection: what that means}`` (empty for a full layer)."""
+        have = set(self.protections)
+        return {name: meaning for name, (providers, meaning) in FULL_ISOLATION.items()
+                if not have.intersection(providers)}
+
+    def line(self) -> str:
+        """One line for logs and reports."""
+        head = f"sandbox {self.backend}/{self.layer}" + (f" (accepted by {self.opt_in})" if self.opt_in else "")
+        lacks = self.lacks
+        body = ("full isolation" if not lacks else
+                "LACKS " + "; ".join(f"{name} ({meaning})" for name, meaning in lacks.items()))
+        return f"{head}: {body}" + "".join(f"; {note}" for note in self.notes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "layer": self.layer, "protections": list(self.protections),
+                "lacks": self.lacks, "opt_in": self.opt_in, "notes": list(self.notes), "line": self.line()}
+
+
+_LAYERS_USED: list[LayerInfo] = []
+_LAYERS_LOCK = threading.Lock()
+
+
+def record_layer(info: LayerInfo) -> None:
+    """Note that a sandbox with this layer was built in this process (``layers_used`` reads them)."""
+    with _LAYERS_LOCK:
+        _LAYERS_USED.append(info)
+
+
+def layers_used(since: int = 0) -> list[LayerInfo]:
+    """The distinct layers of the sandboxes built in this process since ``layers_mark()`` gave ``since``."""
+    with _LAYERS_LOCK:
+        return list(dict.fromkeys(_LAYERS_USED[since:]))
+
+
+def layers_mark() -> int:
+    """A mark for ``layers_used(since=...)``: the layers recorded so far."""
+    with _LAYERS_LOCK:
+        return len(_LAYERS_USED)
+
+
 class Sandbox(ABC):
     """Runs commands on files under limits. Subclasses implement ``run``.
 
@@ -184,7 +268,7 @@ class Sandbox(ABC):
 
     @abstractmethod
     def run(self, files: Mapping[str, str | bytes], command: Sequence[str], *, stdin: str | bytes | None = None,
-            limits: Limits | None = None) -> ExecutionResult:
+            limits: Limits | None = None, sealed: bytes | None = None) -> ExecutionResult:
         """Write ``files`` (relative paths -> content) into a fresh work directory and run ``command`` there.
 
         Args:
@@ -192,17 +276,31 @@ class Sandbox(ABC):
             command: argv; ``command[0]`` is looked up on the sandbox's PATH.
             stdin: data fed to the program's standard input (empty when None).
             limits: this run's limits (default: the sandbox's).
+            sealed: a payload for the run's first reader only, behind a fresh token (``sealed.py``);
+                the result's ``verdict`` is what that reader wrote after the token.
 
         Returns:
             The result; never raises for anything the program does.
         """
 
+    @property
+    def protections(self) -> tuple[str, ...]:
+        """The isolation layers every run of this sandbox gets (network: when ``Limits.network`` is off)."""
+        return ()
+
+    def layer(self) -> "LayerInfo":
+        """Which layer this sandbox runs and what it lacks against a full one (``LayerInfo``)."""
+        return LayerInfo(self.name, self.name, self.protections)
+
     def run_many(self, jobs: Sequence[Job]) -> list[ExecutionResult]:
         """Run ``jobs`` with at most ``max_workers`` at once; results in job order."""
+        def one(j: Job) -> ExecutionResult:
+            return self.run(j.files, j.command, stdin=j.stdin, limits=j.limits, sealed=j.sealed)
+
         if len(jobs) <= 1 or self.max_workers == 1:
-            return [self.run(j.files, j.command, stdin=j.stdin, limits=j.limits) for j in jobs]
+            return [one(j) for j in jobs]
         with ThreadPoolExecutor(self.max_workers, thread_name_prefix=f"sandbox-{self.name}") as pool:
-            return list(pool.map(lambda j: self.run(j.files, j.command, stdin=j.stdin, limits=j.limits), jobs))
+            return list(pool.map(one, jobs))
 
     def close(self) -> None:
         """Release resources (clients, pools)."""

@@ -226,6 +226,44 @@ def _own_cgroups() -> dict[str, str]:
     return own
 
 
+class ProcessCgroup:
+    """The kernel's counters of the cgroup another process is in (e.g. a container's, found from its pid
+    on this host), read from our view of the cgroup file systems."""
+
+    def __init__(self, cpu_file: Path, oom_file: Path | None, version: int) -> None:
+        self.cpu_file, self.oom_file, self.version = cpu_file, oom_file, version
+
+    @classmethod
+    def of(cls, pid: int) -> "ProcessCgroup | None":
+        """The counters of host process ``pid``'s cgroup, or None when they are not visible here."""
+        mounts = _cgroup_mounts()
+        paths: dict[str, str] = {}
+        for line in _read(Path(f"/proc/{pid}/cgroup")).splitlines():
+            _, controllers, path = line.split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                paths[controller] = path.lstrip("/")
+        if "cpuacct" in paths and "cpuacct" in mounts:
+            cpu = mounts["cpuacct"] / paths["cpuacct"] / "cpuacct.usage"
+            oom = mounts["memory"] / paths["memory"] / "memory.oom_control" if "memory" in paths and "memory" in mounts else None
+            version = 1
+        elif "" in paths and "unified" in mounts:
+            cpu = mounts["unified"] / paths[""] / "cpu.stat"
+            oom, version = mounts["unified"] / paths[""] / "memory.events", 2
+        else:
+            return None
+        return cls(cpu, oom, version) if cpu.is_file() else None
+
+    def cpu_seconds(self) -> float | None:
+        text = _read(self.cpu_file)
+        if not text:
+            return None
+        return int(text) / 1e9 if self.version == 1 else _field(text, "usage_usec") / 1e6
+
+    def oom_kills(self) -> int | None:
+        text = _read(self.oom_file) if self.oom_file is not None else ""
+        return _field(text, "oom_kill") if text else None
+
+
 def kill_until_gone(list_pids: Callable[[], list[int]], patience_s: float = 10.0) -> None:
     """SIGKILL the processes ``list_pids()`` names, again and again, until it names none (or time is up)."""
     deadline = time.perf_counter() + patience_s

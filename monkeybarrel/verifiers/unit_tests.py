@@ -14,14 +14,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..core.records import Candidate, Problem
-from ..sandbox.base import Job, Limits, Outcome, Sandbox
-from ..kits.code_programs import assemble_program, code_sandbox, extract_code, test_program
+from ..sandbox.base import Limits, Outcome, Sandbox
+from ..kits.code_programs import assemble_program, checked_job, code_sandbox, extract_code, passed
 from .base import VERIFIERS, Verifier
 
 
 class SandboxedVerifier(Verifier):
-    """A verifier that runs code: one sandbox (``code_sandbox(sandbox_spec, workers, limits)``), built on
-    first use and closed with the verifier. Subclasses set ``sandbox_spec``, ``workers`` and ``limits``."""
+    """A verifier that runs code: one sandbox (``code_sandbox(sandbox_spec, workers, limits)``), built by the
+    subclass's constructor (so a refused layer fails the config check) and closed with the verifier.
+    Subclasses set ``sandbox_spec``, ``workers`` and ``limits``."""
 
     sandbox_spec: Any
     workers: int
@@ -51,8 +52,9 @@ class UnitTestVerifier(SandboxedVerifier):
         workers: runs at once.
         python: interpreter command in the sandbox.
 
-    Scores: 1.0 passed, 0.0 failed (error, timeout, memory, no code); NaN only when the sandbox
-    itself failed (recorded as the candidate's error).
+    Scores: 1.0 passed (the checker's verdict, ``kits.code_programs.checked_job``), 0.0 failed
+    (error, timeout, memory, no code, an early exit); NaN only when the sandbox itself failed
+    (recorded as the candidate's error).
     """
 
     uses_reference = True
@@ -63,6 +65,7 @@ class UnitTestVerifier(SandboxedVerifier):
         self.sandbox_spec, self.workers, self.python = sandbox, int(workers), python
         self.limits = Limits(time_s=float(time_limit_s), memory_mb=int(memory_mb), output_bytes=16 * 1024)
         self._sandbox: Sandbox | None = None
+        self.sandbox()  # built now: a layer that cannot isolate is refused before anything runs
 
     def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:
         if problem.reference_answer is None:
@@ -75,10 +78,10 @@ class UnitTestVerifier(SandboxedVerifier):
             code = extract_code(candidate.text, entry_point) if candidate.finish_reason == "stop" else None
             if code is None:
                 continue
-            source = test_program(assemble_program(code_prompt, code, entry_point), problem.reference_answer,
-                                  entry_point)
-            jobs.append(Job({"solution.py": source}, [self.python, "-I", "solution.py"], limits=self.limits))
+            jobs.append(checked_job(assemble_program(code_prompt, code, entry_point), code_prompt,
+                                    problem.reference_answer, entry_point, call_check=True, python=self.python,
+                                    limits=self.limits))
             rows.append(row)
         for row, result in zip(rows, self.sandbox().run_many(jobs)):
-            scores[row] = np.nan if result.outcome is Outcome.SANDBOX_ERROR else float(result.ok)
+            scores[row] = np.nan if result.outcome is Outcome.SANDBOX_ERROR else float(passed(result))
         return scores

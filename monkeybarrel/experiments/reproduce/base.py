@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
-from rich.table import Table
+
+from ...orchestrator.report.terminal import table
 
 
 class RecipeDataError(ValueError):
@@ -133,21 +134,24 @@ def _long(result: Comparison) -> tuple[list[str], list[list[str]]]:
 
 
 def print_comparison(result: Comparison, console: Console | None = None) -> None:
-    """The side-by-side table on the terminal."""
-    console = console or Console()
+    """The side-by-side table on the terminal (the group column never cut; the others fold at 80 columns)."""
+    console = console or Console(highlight=False)
     header, lines = _wide(result)[:2] if result.wide else _long(result)
-    table = Table(title=f"{result.title}\n[dim]{result.data}[/dim]")
-    for i, column in enumerate(header):
-        table.add_column(column, justify="left" if i == 0 or column in ("metric", "source") else "right")
-    for line in lines:
-        table.add_row(*line)
-    console.print(table)
+    console.print(f"[bold]{result.title}[/bold]", soft_wrap=True)
+    console.print(f"[dim]{result.data}[/dim]", soft_wrap=True)
+    header = ["group" if not header[0] else header[0], *header[1:]]
+    numeric = [h for i, h in enumerate(header) if i and h not in ("metric", "source")]
+    console.print(table(header, [[_escape(c) for c in line] for line in lines], right=numeric))
     if result.wide:
         console.print("[dim]cells: ours (paper, ours - paper); sources: " + "; ".join(_wide(result)[2]) + "[/dim]")
     for note in result.notes:
-        console.print(f"[dim]- {note}[/dim]")
+        console.print(f"[dim]- {_escape(note)}[/dim]")
     if result.timings:
         console.print("time (s): " + ", ".join(f"{k} {v:.2f}" for k, v in result.timings.items()))
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
 
 
 def render_markdown(result: Comparison) -> str:

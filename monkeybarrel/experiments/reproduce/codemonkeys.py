@@ -24,9 +24,7 @@ from ...core.files import TaskDataError
 from ...core.records import Problem
 from ...kits.swebench.diffs import MalformedPatch, normalize_patch
 from ...kits.swebench.predictions import read_predictions
-from ...orchestrator.runner import evaluate_and_report
 from ..hub import DataUnavailableError
-from ..precomputed import write_precomputed
 from .base import Comparison, Published, Recipe, RecipeDataError, Row
 
 PAPER = "Ehrlich et al., CodeMonkeys, arXiv 2501.14723"
@@ -85,6 +83,12 @@ def run(data: str | None, out: Path) -> Comparison:
         raise DataUnavailableError(f"the submissions live in the git repository {REPOSITORY}, not on the hub; "
                                    "clone it (a sparse checkout of evaluation/verified is enough) and pass "
                                    "--data PATH")
+    if not Path(data).is_dir():
+        raise RecipeDataError(f"--data {data}: is a file; codemonkeys-barrel takes a directory: a checkout of "
+                              f"{REPOSITORY}, or its evaluation/verified folder (<run>/all_preds.jsonl per submission)")
+    from ...orchestrator.runner import evaluate_and_report
+    from ..precomputed import write_precomputed
+
     began = time.perf_counter()
     runs = find_runs(Path(data))
     members = {}

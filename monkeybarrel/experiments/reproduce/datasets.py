@@ -17,11 +17,9 @@ from pathlib import Path
 from ...core.config import ExperimentConfig
 from ...kits.swebench.diffs import MalformedPatch, normalize_patch
 from ...kits.swebench.schema import HUB_DATASETS as SWE_HUB
-from ...orchestrator.runner import run_experiment
 from ...tasks.math_dataset import HUB_DATASET as MATH500_HUB
 from ...tasks.math_dataset import MathTask
 from ...kits.swebench.schema import full_instance
-from ...tasks.swebench import SWEBenchTask
 from ..hub import load_hub_dataset
 from .base import Comparison, Published, Recipe, Row
 
@@ -33,6 +31,8 @@ SANITY_MAX_TOKENS = 256
 
 
 def run_swebench_verified(data: str | None, out: Path) -> Comparison:
+    from ...tasks.swebench import SWEBenchTask  # containers, retrieval: when the recipe runs
+
     began = time.perf_counter()
     if data is None:
         load_hub_dataset(SWE_HUB["verified"], split="test", local_hint="--data FILE (the split as parquet/jsonl)")
@@ -80,6 +80,8 @@ def sanity_config(data: str | None) -> ExperimentConfig:
 
 
 def run_math500(data: str | None, out: Path) -> Comparison:
+    from ...orchestrator.runner import run_experiment
+
     began = time.perf_counter()
     if data is None:
         load_hub_dataset(MATH500_HUB, split="test", local_hint="--data FILE (test.jsonl with problem, answer/solution)")

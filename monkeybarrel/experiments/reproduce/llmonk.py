@@ -15,10 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core.scaling_laws import coverage_at_k, fit_coverage_law, log_spaced_ks
 from ..llmonk_data import SampleOutcomes, read_monkey_business, read_outcomes_parquet, stack_counts
 from .base import Comparison, Published, Recipe, Row
-from ...orchestrator.report.coverage_plot import plot_coverage_laws
 
 PAPER = "Brown et al., Large Language Monkeys, arXiv 2407.21787"
 FIG5 = "arXiv 2407.21787, Fig. 5"
@@ -57,6 +55,8 @@ def load_blocks(data: str | None, task: str, models: tuple[str, ...]) -> tuple[l
 
 def coverage_laws(blocks: list[SampleOutcomes]) -> dict:
     """Coverage curves and fitted laws of every block: ``ks [K]``, ``coverage [M, K]``, ``law`` (CoverageLaw)."""
+    from ...core.scaling_laws import coverage_at_k, fit_coverage_law, log_spaced_ks  # scipy: when a recipe runs
+
     n, c, _ = stack_counts(blocks)
     ks = log_spaced_ks(int(n.max()))
     curves = coverage_at_k(n, c, ks)
@@ -65,6 +65,8 @@ def coverage_laws(blocks: list[SampleOutcomes]) -> dict:
 
 def _run(task: str, models: tuple[str, ...], paper: dict[str, dict[str, Published]], name: str, title: str):
     def run(data: str | None, out: Path) -> Comparison:
+        from ...orchestrator.report.coverage_plot import plot_coverage_laws
+
         began = time.perf_counter()
         blocks, origin = load_blocks(data, task, models)
         loaded = time.perf_counter()

@@ -26,8 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ...selection.embedders import make_embedder
-from ...selection.smoothie import Smoothie
 from ..hub import download_hub_files
 from .base import Comparison, Published, Recipe, RecipeDataError, Row
 
@@ -104,6 +102,9 @@ def paper_selections(alpaca: Path) -> dict[int, tuple[int, list[str]]]:
 
 
 def run(data: str | None, out: Path) -> Comparison:
+    from ...selection.embedders import make_embedder  # scikit-learn, sentence-transformers: when the recipe runs
+    from ...selection.smoothie import Smoothie
+
     began = time.perf_counter()
     alpaca = _alpaca_dir(data)
     instructions, outputs = load_generations(alpaca)

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from ...core.config import SelectorSpec
-from ...orchestrator.runner import evaluate_and_report
 from ..hub import load_hub_dataset
 from ..weaver_data import HUB_DATASETS, load_weaver_dataset
 from .base import Comparison, Published, Recipe, Row
@@ -74,6 +73,8 @@ def _run(dataset: str, size: str):
     published = PUBLISHED[(dataset, size)]
 
     def run(data: str | None, out: Path) -> Comparison:
+        from ...orchestrator.runner import evaluate_and_report
+
         began = time.perf_counter()
         if data is None:  # fail early and clearly offline; a reachable hub caches the set for the loader
             load_hub_dataset(HUB_DATASETS[short], split="data", local_hint="--data FILE (the set's parquet/jsonl in "

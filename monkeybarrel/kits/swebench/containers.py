@@ -59,11 +59,14 @@ class Execution:
         command: bash script text.
         files: extra files written before running, ``{absolute path: content}``.
         timeout_s: wall-clock limit; the command is killed at the limit.
+        checked: the command runs a harness that attests its result with a sealed token
+            (``DockerSession.exec_checked``); the result's ``verdict`` is what it wrote.
     """
 
     command: str
     files: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 60.0
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class ExecResult:
         error: infrastructure failure message (container could not start, ...).
         wall_s: seconds the execution took (0 for a cache hit's original is kept).
         cached: served from the cache.
+        verdict: for a ``checked`` execution, what its harness attested (None: no attestation: the
+            harness never finished, or the line was forged).
     """
 
     exit_code: int | None
@@ -87,6 +92,7 @@ class ExecResult:
     error: str | None = None
     wall_s: float = 0.0
     cached: bool = False
+    verdict: str | None = None
 
 
 @dataclass
@@ -155,7 +161,8 @@ class ContainerPool:
     # ---- cache --------------------------------------------------------------------------
     def cache_key(self, workspace: Workspace, execution: Execution) -> str:
         blob = json.dumps([self.image_id(workspace.image), workspace.repo_dir, workspace.base_commit, workspace.patch,
-                           execution.command, sorted(execution.files), execution.timeout_s], sort_keys=True)
+                           execution.command, sorted(execution.files), execution.timeout_s, execution.checked],
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _cache_get(self, key: str) -> ExecResult | None:
@@ -235,11 +242,16 @@ class ContainerPool:
 
     def _execute(self, session: DockerSession, execution: Execution) -> ExecResult:
         began = time.perf_counter()
-        code, output = _decoded(session.exec(execution.command, execution.timeout_s, dict(execution.files)))
+        verdict = None
+        if execution.checked:
+            code, raw, verdict = session.exec_checked(execution.command, execution.timeout_s, dict(execution.files))
+        else:
+            code, raw = session.exec(execution.command, execution.timeout_s, dict(execution.files))
+        code, output = _decoded((code, raw))
         timed_out = code in (124, 137) and time.perf_counter() - began >= execution.timeout_s * 0.95
         self.stats.add(executions=1, timeouts=int(timed_out))
         return ExecResult(exit_code=code, output=_truncate(output), timed_out=timed_out,
-                          wall_s=round(time.perf_counter() - began, 3))
+                          wall_s=round(time.perf_counter() - began, 3), verdict=verdict)
 
 
 def _decoded(result: tuple[int, bytes]) -> tuple[int, str]:

@@ -5,6 +5,11 @@ split into rounds: round r holds the r-th distinct patch of every instance, writ
 harness-format predictions file with ``model_name_or_path = "{prefix}-r{r}"``. Each round is one
 ``swebench.harness.run_evaluation.main`` call (it pulls/builds the ``sweb.eval.*`` images, so it needs
 docker and a registry); the per-instance ``report.json`` files give ``resolved``.
+
+Verdicts: the official harness grades from the printed test output of the run (a patch that prints
+a test's ``PASSED`` line can make it count), unlike the local evaluator (``evaluate.py``), whose
+verdict is attested by a reporter holding a sealed token. Labels that must hold against hostile
+patches come from the local evaluator.
 """
 
 from __future__ import annotations

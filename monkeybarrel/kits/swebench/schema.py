@@ -112,7 +112,7 @@ def load_instances(path: str | Path | None = None, *, dataset: str = "lite", spl
         TaskDataError: a bad row (file, 1-based line, field), duplicate ids, unknown requested ids.
     """
     if path is not None:
-        rows = ((f"{path}:{line}", record) for line, record in read_records(path))
+        rows = ((f"{path}:{line}", record) for line, record in read_records(path, required=REQUIRED))
         source = str(path)
     else:
         name = HUB_DATASETS.get(dataset, dataset)

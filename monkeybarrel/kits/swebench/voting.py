@@ -2,9 +2,12 @@
 
 Exit-code contract of a generated test (a standalone Python script run from the repository root):
 0 = the issue is solved, 2 = not solved yet (expected on the original code), 1 = error (the
-default when it raises), a timeout counts as an error. Every test runs on every distinct patch and
-on the unpatched code, in containers (one per patch, tests by exec, cached by content).
-votes(patch) = number of tests that exit 0. Ranking: most votes, then the shorter patch.
+default when it raises), a timeout counts as an error. The code is the script's own, attested by a
+runner that holds the run's sealed token (``_script_verdict.py``): a ``SystemExit`` raised by the
+code under test (a patch that exits 0 on import) or an ``os._exit`` is an error, never a vote. Every
+test runs on every distinct patch and on the unpatched code, in containers (one per patch, tests by
+exec, cached by content). votes(patch) = number of tests that exit 0. Ranking: most votes, then the
+shorter patch.
 """
 
 from __future__ import annotations
@@ -12,12 +15,17 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ...core.groups import rank_by_votes
+from ...sandbox.sealed import READER_SOURCE
 from .containers import ContainerPool, ExecResult, Execution, Workspace
+
+RUNNER = "/tmp/mb/run_test.py"
+RUNNER_SOURCE = READER_SOURCE + "\n\n" + Path(__file__).with_name("_script_verdict.py").read_text()
 
 SOLVED, NOT_SOLVED, ERROR = 0, 2, 1
 
@@ -52,18 +60,21 @@ def extract_script(text: str | None, tag: str | None = None) -> str | None:
 
 
 def script_execution(script: str, timeout_s: float = 60.0) -> Execution:
-    """Run a generated test script from the repository root."""
+    """Run a generated test script from the repository root, under the attesting runner."""
     name = f"/tmp/mb/gen_{hashlib.sha256(script.encode()).hexdigest()[:16]}.py"
     # harness images keep the project's Python in a conda env named testbed; local images have it on PATH
     activate = "if [ -f /opt/miniconda3/bin/activate ]; then . /opt/miniconda3/bin/activate testbed; fi; "
-    return Execution(command=f"{activate}python {name}", files=((name, script),), timeout_s=timeout_s)
+    return Execution(command=f"{activate}python {RUNNER} {name}", files=((name, script), (RUNNER, RUNNER_SOURCE)),
+                     timeout_s=timeout_s, checked=True)
 
 
 def exit_code(result: ExecResult) -> int:
-    """The contract's code of a run: 0/2 as returned; anything else (crash, timeout, no apply) -> 1."""
+    """The contract's code of a run, as the runner attested it: 0/2; anything else (crash, timeout, no
+    apply, no attestation, an exit status the runner did not attest) -> 1."""
     if result.error is not None or not result.patch_applied or result.timed_out:
         return ERROR
-    return result.exit_code if result.exit_code in (SOLVED, NOT_SOLVED) else ERROR
+    attested = int(result.verdict) if result.verdict and result.verdict.isdigit() else None
+    return attested if attested in (SOLVED, NOT_SOLVED) and attested == result.exit_code else ERROR
 
 
 @dataclass(frozen=True)

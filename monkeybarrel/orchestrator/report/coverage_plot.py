@@ -10,6 +10,23 @@ import numpy as np
 from ...core.scaling_laws import CoverageLaw, predict_coverage
 
 
+def new_figure(width: float, height: float, ncols: int = 1, dpi: int = 120):
+    """``(figure, [axes])`` drawn with Agg, without pyplot (no global state, half the import time)."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=dpi)
+    axes = figure.subplots(1, ncols, squeeze=False)[0]
+    return figure, list(axes)
+
+
+def save_figure(figure, path: Path) -> Path:
+    """Write ``figure`` as a PNG at ``path`` (folders created)."""
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png")
+    return path
+
+
 def law_label(a: float, b: float, error_mean: float, error_std: float) -> str:
     return f"exp({a:.2f} k^{b:.3f}), err {error_mean:.4f}±{error_std:.4f}"
 
@@ -28,11 +45,8 @@ def plot_coverage_laws(ks: np.ndarray, coverage: np.ndarray, law: CoverageLaw, l
     """One PNG: for each curve ``m``, measured coverage (points) and its fitted law (dashed), log k axis."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, (ax,) = new_figure(7, 4.5)
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for m, label in enumerate(labels):
         color = colors[m % len(colors)]
         ax.plot(ks, 100 * coverage[m], "o", markersize=2.5, color=color, label=label)
@@ -45,8 +59,4 @@ def plot_coverage_laws(ks: np.ndarray, coverage: np.ndarray, law: CoverageLaw, l
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=6, ncol=2)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

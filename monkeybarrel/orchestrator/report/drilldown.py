@@ -100,21 +100,24 @@ class Drilldown:
         """The problem's candidates: key, answer, label, scores, finish reason, text, which selectors picked it."""
         rows = self.rows_of.get(problem_id, np.zeros(0, int))
         table = self.candidates.take(pa.array(rows, type=pa.int64()))
+        columns = {name: table.column(name).to_pylist() for name in
+                   ("generator_id", "sample_index", "finish_reason", "error", "text")}
         picked_by: dict[int, list[str]] = {}
         for method, by_problem in self.picks.items():
             picked_by.setdefault(by_problem.get(problem_id, -1), []).append(method)
+        scores = self.scores[rows]
+        score_lists = [[None if np.isnan(v) else float(v) for v in column] for column in scores.T]
         out = []
         for position, row in enumerate(rows.tolist()):
-            text = table.column("text")[position].as_py()
+            text = columns["text"][position]
             out.append({
-                "generator_id": table.column("generator_id")[position].as_py(),
-                "sample_index": table.column("sample_index")[position].as_py(),
+                "generator_id": columns["generator_id"][position],
+                "sample_index": columns["sample_index"][position],
                 "answer": self.answers[row],
                 "correct": self.correct[row],
-                "scores": {v: (None if np.isnan(self.scores[row, j]) else float(self.scores[row, j]))
-                           for j, v in enumerate(self.verifiers)},
-                "finish_reason": table.column("finish_reason")[position].as_py(),
-                "error": table.column("error")[position].as_py(),
+                "scores": {v: score_lists[j][position] for j, v in enumerate(self.verifiers)},
+                "finish_reason": columns["finish_reason"][position],
+                "error": columns["error"][position],
                 "text": text if max_text is None or text is None or len(text) <= max_text else text[:max_text] + " …",
                 "picked_by": picked_by.get(row, []),
             })

@@ -44,7 +44,16 @@ def export(directory: str | Path, fmt: str, out: str | Path | None = None) -> Pa
         raise ValueError(f"--format: expected one of {FORMATS}, got {fmt!r}")
     experiment = Experiment(directory)
     table = candidate_export_table(experiment)
-    path = Path(out) if out is not None else experiment.directory / f"export.{fmt}"
+    if out is not None:
+        _write(table, fmt, Path(out))
+        return Path(out)
+    name = f"export.{fmt}"  # inside the store: listed as a store file (check, run --force)
+    with experiment.store.writing(name) as tmp:
+        _write(table, fmt, tmp)
+    return experiment.directory / name
+
+
+def _write(table: pa.Table, fmt: str, path: Path) -> None:
     if fmt == "csv":
         pacsv.write_csv(table, path)
     else:
@@ -52,4 +61,3 @@ def export(directory: str | Path, fmt: str, out: str | Path | None = None) -> Pa
             for batch in table.to_batches(max_chunksize=10_000):
                 for row in batch.to_pylist():
                     handle.write(json.dumps(row, allow_nan=False, default=str) + "\n")
-    return path

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .coverage_plot import draw_law
+from .coverage_plot import draw_law, new_figure, save_figure
 
 
 def pct(value: float | None, interval: list | None = None) -> str:
@@ -114,6 +114,10 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
         if any(costs.get("stage_gpu_s", {}).values()):
             lines += ["Stage GPU time of the last run (GPU s): "
                       + ", ".join(f"{k} {v:.1f}" for k, v in costs["stage_gpu_s"].items())]
+    sandboxes = (manifest.get("runs") or [{}])[-1].get("sandbox", [])
+    if sandboxes:
+        lines += ["", "Sandbox of the last run (untrusted code: labels, code verifiers): "
+                  + "; ".join(f"`{s['line']}`" for s in sandboxes)]
     versions = manifest.get("package_versions", {})
     lines += ["", f"Config hash `{manifest.get('config_hash', '?')}`; monkeybarrel {versions.get('monkeybarrel', '?')}, "
               f"torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}."]
@@ -155,12 +159,7 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     ks = metrics.get("ks", [])
     if not ks or not any(v is not None for v in metrics.get("coverage", {}).values()):
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    fig, (ax,) = new_figure(6, 4)
     colours = iter(f"C{i % 10}" for i in range(1000))
     _curve(ax, ks, metrics["coverage"], metrics.get("coverage_ci95"), "o-", "coverage (pass@k)", "C0")
     _curve(ax, ks, metrics["majority"], metrics.get("majority_ci95"), "s-", "majority@k", "C1")
@@ -199,11 +198,7 @@ def plot_curves(metrics: dict[str, Any], path: Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     ax.set_title(f"{metrics['n_problems']} problems")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _curve(ax, ks: list[int], values: dict, intervals: dict | None, style: str, label: str, colour: str,

@@ -49,12 +49,17 @@ def configured_policy(config: ExperimentConfig) -> AllocationPolicy:
 
 
 def run_allocated_sampling(store: ExperimentStore, config: ExperimentConfig, task: Task, problems: list[Problem],
-                           show_progress: bool = True, max_rounds: int = 1000) -> dict[str, Any]:
-    """Sample round by round until the policy grants nothing; returns per-generator costs summed over rounds."""
+                           show_progress: bool = True, max_rounds: int = 1000,
+                           samplers: dict[str, Sampler] | None = None) -> dict[str, Any]:
+    """Sample round by round until the policy grants nothing; returns per-generator costs summed over rounds.
+
+    ``samplers`` (generator id -> sampler, e.g. started early by the runner) are used and left open;
+    samplers built here are closed at the end."""
     policy = configured_policy(config)
     ledger = store.read_table("allocation", LEDGER_SCHEMA)
     costs: dict[str, Any] = {}
-    samplers: dict[str, Sampler] = {}  # loaded once, used by every round
+    given = dict(samplers or {})
+    samplers = dict(given)  # loaded once, used by every round
     try:
         for _ in range(max_rounds):
             _add_costs(costs, run_sample_stage(store, config, problems, show_progress, targets=_targets(ledger),
@@ -66,8 +71,8 @@ def run_allocated_sampling(store: ExperimentStore, config: ExperimentConfig, tas
             ledger = _decide(store, ledger, config, problems, state, grants)
     finally:
         pool = active_pool()
-        for sampler in samplers.values():
-            if pool is None or not pool.owns(sampler):  # a shared engine outlives this experiment
+        for gid, sampler in samplers.items():
+            if gid not in given and (pool is None or not pool.owns(sampler)):  # a shared engine outlives this run
                 sampler.close()
     return costs
 

@@ -151,7 +151,10 @@ def to_json(metrics: dict[str, Any], compact: bool = False) -> str:
     """``metrics`` as strict JSON: NaN and infinities become null. ``compact``: no indentation, which also
     lets ``json`` use its C encoder (for large blobs such as report.html's data)."""
     if compact:
-        return json.dumps(_finite(metrics), allow_nan=False, separators=(",", ":"))
+        try:  # plain finite data (report.html's drill-down) goes straight to the C encoder
+            return json.dumps(metrics, allow_nan=False, separators=(",", ":"))
+        except (ValueError, TypeError):  # NaN / infinity, or numpy scalars: convert first
+            return json.dumps(_finite(metrics), allow_nan=False, separators=(",", ":"))
     return json.dumps(_finite(metrics), indent=2, allow_nan=False)
 
 
@@ -171,8 +174,6 @@ def verifier_quality(data: SelectionData, labels: np.ndarray) -> dict[str, dict[
     """Per verifier, against the labels (evaluation only): share of failed (NaN) scores, per-problem hits
     of picking each problem's top-scored candidate (``top1_hits``, ``[P]``), and AUROC over all
     candidates (None if one class)."""
-    from sklearn.metrics import roc_auc_score
-
     quality = {}
     for j, name in enumerate(data.verifiers):
         scores = data.scores[:, j]
@@ -182,9 +183,28 @@ def verifier_quality(data: SelectionData, labels: np.ndarray) -> dict[str, dict[
         quality[name] = {
             "failed": float(1 - finite.mean()),
             "top1_hits": selection_hits(chosen, labels).astype(np.float64),
-            "auroc": float(roc_auc_score(labels[finite], scores[finite])) if both_classes else None,
+            "auroc": auroc(labels[finite], scores[finite]) if both_classes else None,
         }
     return quality
+
+
+def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve (ties count one half): the Mann-Whitney U statistic from average ranks.
+
+    Args:
+        labels: ``[n]`` bool (or 0/1), both classes present.
+        scores: ``[n]`` finite floats.
+    """
+    labels = np.asarray(labels, dtype=bool)  # 0/1 integers too (never read as row indices)
+    order = np.argsort(scores, kind="stable")
+    ranked = scores[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    ends = np.r_[starts[1:], ranked.size]
+    ranks = np.empty(scores.size)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)  # 1-based average rank of each tie group
+    positives = int(labels.sum())
+    negatives = labels.size - positives
+    return float((ranks[labels].sum() - positives * (positives + 1) / 2.0) / (positives * negatives))
 
 
 LAW_TARGETS = (0.5, 0.9, 0.99)

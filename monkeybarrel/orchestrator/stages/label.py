@@ -19,7 +19,11 @@ def run_label_stage(store: ExperimentStore, task: Task, problems: list[Problem])
     candidates = store.candidates()
     answers = store.read_table("answers", ANSWER_SCHEMA)
     labels = store.read_table("labels", LABEL_SCHEMA)
-    done = set(zip(*(answers.column(k).to_pylist() for k in CANDIDATE_KEY)))
+    # done = answered *and* labelled: a run killed between the two writes redoes those candidates
+    done = set(zip(*(answers.column(k).to_pylist() for k in CANDIDATE_KEY))) & set(
+        zip(*(labels.column(k).to_pylist() for k in CANDIDATE_KEY)))
+    if len(done) < max(answers.num_rows, labels.num_rows):  # drop the half-written rows before redoing them
+        answers, labels = _keep(answers, done), _keep(labels, done)
     by_id = {p.problem_id: p for p in problems}
     new_rows = [row for row in candidates.to_pylist()
                 if (row["problem_id"], row["generator_id"], row["sample_index"]) not in done and row["problem_id"] in by_id]
@@ -34,3 +38,9 @@ def run_label_stage(store: ExperimentStore, task: Task, problems: list[Problem])
         store.write_table("answers", answers)
         store.write_table("labels", labels)
     return answers, labels
+
+
+def _keep(table: pa.Table, keys: set[tuple]) -> pa.Table:
+    """Rows of ``table`` whose candidate key is in ``keys``."""
+    rows = list(zip(*(table.column(k).to_pylist() for k in CANDIDATE_KEY)))
+    return table.filter(pa.array([row in keys for row in rows], type=pa.bool_()))

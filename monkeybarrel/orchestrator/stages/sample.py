@@ -66,6 +66,7 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
                 samplers[spec.id] = sampler
         pooled = pool is not None and pool.owns(sampler)
         gpu_before = getattr(sampler, "gpu_seconds", None)
+        start_before = _start_figures(sampler)
         started, tokens, errors, buffer, buffered_problems = time.perf_counter(), 0, 0, [], 0
         last_flush, policy = started, config.store
         try:
@@ -93,6 +94,7 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
         gpu_seconds = getattr(sampler, "gpu_seconds", None)  # GPUs held x wall s, for backends that know it
         if gpu_seconds is not None:  # this stage's share: a pooled sampler counts every experiment's
             costs[spec.id]["gpu_s"] = round(float(gpu_seconds) - float(gpu_before or 0.0), 3)
+        costs[spec.id].update({k: v for k, v in _start_figures(sampler).items() if k not in start_before})
     return costs
 
 
@@ -103,6 +105,40 @@ def _sampler(spec: GeneratorSpec, index: int) -> Sampler:
 
     pool = active_pool()
     return build() if pool is None else pool.sampler(spec, build)
+
+
+def _start_figures(sampler: Sampler) -> dict[str, float]:
+    """Start-up seconds a sampler reports (``engine_start_s``; Ray's ``ray_init_s``, ``workers_ready_s``): a
+    stage records those that appeared while it ran, so an engine shared by several experiments counts once."""
+    figures = dict(getattr(sampler, "timings", None) or {})
+    if getattr(sampler, "engine_start_s", None) is not None:
+        figures["engine_start_s"] = sampler.engine_start_s
+    return figures
+
+
+def start_samplers(config: ExperimentConfig) -> dict[str, Sampler]:
+    """Each generator's sampler, built now and told to start (Ray starts its actors, which load their models
+    while the task's data loads); :func:`close_samplers` closes them. Inside ``shared_engines()`` these are
+    the shared samplers."""
+    samplers: dict[str, Sampler] = {}
+    try:
+        for index, spec in enumerate(config.generators):
+            samplers[spec.id] = sampler = _sampler(spec, index)
+            prestart = getattr(sampler, "prestart", None)
+            if prestart is not None:
+                prestart()
+    except BaseException:
+        close_samplers(samplers)
+        raise
+    return samplers
+
+
+def close_samplers(samplers: dict[str, Sampler]) -> None:
+    """Close samplers from :func:`start_samplers`, except shared ones (their ``shared_engines()`` block does)."""
+    pool = active_pool()
+    for sampler in samplers.values():
+        if pool is None or not pool.owns(sampler):
+            sampler.close()
 
 
 def gpu_summary(runs: list[dict[str, Any]]) -> dict[str, float]:

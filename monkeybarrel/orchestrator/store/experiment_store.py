@@ -4,28 +4,33 @@ Layout::
 
     DIR/config.yaml            the resolved configuration
     DIR/manifest.json          fingerprints, package versions, seeds, stage times and costs
+    DIR/written.jsonl          every file the store wrote, with its size and SHA-256 (``written.py``)
     DIR/problems.parquet
     DIR/candidates/part-*.parquet      appended in chunks (one or more problems' samples)
     DIR/scores/<verifier>/part-*.parquet
     DIR/artifacts/<verifier>/<problem_id>.json   what a verifier recorded per problem (tests, vote matrix, transcript)
     DIR/answers.parquet, DIR/labels.parquet, DIR/selections.parquet, DIR/metrics.json
-    DIR/report.md, DIR/coverage.png
+    DIR/report.md, DIR/report.html, DIR/coverage.png
+    DIR/damaged/…              files ``store repair`` set aside
 
-Every file is written to a hidden temporary name in the same directory and renamed into place,
-so a process killed at any moment leaves either the whole chunk or nothing. A temporary name
-carries its writer's pid: only temporaries of processes that are gone are ever removed
-(``remove_stale_temporaries``, called by the holder of the writer lock), never another live
-writer's. ``discard`` (``run --force``) removes only what a store writes.
+Every file is written to a hidden temporary name in the same directory, fsynced, listed in
+``written.jsonl`` and renamed into place, so a process killed at any moment leaves either the whole
+file or nothing. A temporary name carries its writer's pid: only temporaries of processes that are
+gone are ever removed (``remove_stale_temporaries``, called by the holder of the writer lock), never
+another live writer's. ``discard`` (``run --force``) removes exactly the files ``written.jsonl``
+lists. A damaged file is named when it is read (``StoreError``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 from urllib.parse import quote
 
 import numpy as np
@@ -35,15 +40,14 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ...core.records import CANDIDATE_KEY, CANDIDATE_SCHEMA, SCORE_SCHEMA
+from .integrity import READ_ERRORS, WRITE_OPTIONS, one_line, scan_parquet
+from .written import WrittenFiles, file_digest, is_legacy_store
 
-_TMP_PREFIX = ".tmp-"
-
-STORE_FILES = ("config.yaml", "manifest.json", "metrics.json", "report.md", "report.html", "export.csv",
-               "export.jsonl", ".lock")
-"""Top-level files a store writes (besides ``*.parquet`` tables and ``*.png`` plots)."""
-STORE_FOLDERS = {"candidates": (".parquet",), "scores": (".parquet",), "damaged": (".parquet",),
-                 "artifacts": (".json",)}
-"""Folders a store writes, with the suffixes of the files it writes there."""
+LOCK_NAME = ".lock"
+STORE_FOLDERS = ("candidates", "scores", "artifacts", "damaged")
+_TEMPORARY = re.compile(r"^\.tmp-(\d+)-[0-9a-f]+-")
+_READ_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
+    page_checksum_verification=True))
 
 
 class StoreError(RuntimeError):
@@ -52,42 +56,21 @@ class StoreError(RuntimeError):
 
 def _temporary(path: Path) -> Path:
     """A hidden name next to ``path`` owned by this process (its pid is part of the name)."""
-    return path.parent / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}-{path.name}"
+    return path.parent / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}-{path.name}"
 
 
 def _writer_alive(tmp: Path) -> bool:
-    """Is the process that named temporary ``tmp`` still running (False for names without a pid)?"""
-    pid = tmp.name[len(_TMP_PREFIX):].split("-", 1)[0]
-    if not pid.isdigit() or int(pid) == os.getpid():
+    """Is the process that named temporary ``tmp`` still running (False for this process's own)?"""
+    pid = int(_TEMPORARY.match(tmp.name).group(1))
+    if pid == os.getpid():
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file, fsync and rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_table(table: pa.Table, path: Path) -> None:
-    """Write ``table`` as Parquet to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
-    pq.write_table(table, tmp, compression="zstd")
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 class ExperimentStore:
@@ -100,6 +83,7 @@ class ExperimentStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.written = WrittenFiles(self.root)
 
     # ---- paths ---------------------------------------------------------------------------
     @property
@@ -114,11 +98,15 @@ class ExperimentStore:
         return self.root / f"{name}.parquet"
 
     def is_store(self) -> bool:
-        """Does the directory hold a store (its config or manifest)?"""
-        return self.config_path.is_file() or self.manifest_path.is_file()
+        """Does the directory hold a store (its ``written.jsonl``, or the manifest of an older store)?"""
+        return self.written.exists() or is_legacy_store(self.root)
 
     def temporaries(self) -> list[Path]:
-        return sorted(self.root.rglob(f"{_TMP_PREFIX}*"))
+        """Temporaries in the directory and the store's folders (never in a user's folders)."""
+        found = list(self.root.glob(".tmp-*"))
+        for folder in STORE_FOLDERS:
+            found += (self.root / folder).rglob(".tmp-*") if (self.root / folder).is_dir() else []
+        return sorted(p for p in found if _TEMPORARY.match(p.name) and p.is_file())
 
     def remove_stale_temporaries(self) -> list[Path]:
         """Remove temporaries whose writer process is gone (a killed write); returns them.
@@ -131,13 +119,20 @@ class ExperimentStore:
         return stale
 
     @staticmethod
-    def check_discardable(root: str | Path) -> None:
-        """Raise ``StoreError`` if ``root`` is a non-empty directory that holds no store (see ``discard``)."""
+    def check_target(root: str | Path) -> None:
+        """Refuse (``StoreError``) a ``root`` that is neither missing, empty nor a store: a run writes nowhere else.
+
+        A writer lock or temporaries alone (a run killed before its first file) count as empty."""
         root = Path(root)
-        children = [c for c in root.iterdir() if c.name != ".lock"] if root.is_dir() else []
-        if children and not ExperimentStore(root).is_store():
-            raise StoreError(f"{root}: not an experiment store (no config.yaml or manifest.json) but not "
-                             "empty; refusing to delete anything in it. Choose an empty or new --out directory.")
+        if root.exists() and not root.is_dir():
+            raise StoreError(f"{root}: not a directory")
+        others = sorted(c.name for c in root.iterdir() if c.name != LOCK_NAME and not _TEMPORARY.match(c.name)) \
+            if root.is_dir() else []
+        if others and not ExperimentStore(root).is_store():
+            shown = ", ".join(others[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
+            raise StoreError(f"{root}: not an experiment store and not empty (holds {shown}); a run writes only "
+                             "into a new or empty directory or its own store, and deletes nothing here. "
+                             "Choose another --out.")
 
     def discard_scores(self, verifier: str) -> int:
         """Delete one verifier's stored scores (its config changed); returns the number of chunks removed."""
@@ -151,47 +146,109 @@ class ExperimentStore:
         parts = self.chunk_paths("candidates")
         if not parts:
             return set()
-        column = ds.dataset([str(p) for p in parts], format="parquet").to_table(columns=["generator_id"])
+        column = self._read(parts, None, columns=["generator_id"])
         return set(pa.compute.unique(column.column("generator_id")).to_pylist())
 
     def discard(self) -> list[Path]:
-        """Delete every file the store wrote (``run --force``), keeping anything else; returns what was kept.
+        """Delete every file the store wrote (``run --force``) and nothing else; returns the files kept.
+
+        The files are those ``written.jsonl`` lists (for an older store: its fixed names and chunk
+        names), dead writers' temporaries and the list itself; folders left empty by that go too.
 
         Raises:
-            StoreError: the directory is not empty and holds no store (no config.yaml/manifest.json),
-                so nothing is deleted.
+            StoreError: the directory is not empty and holds no store, so nothing is deleted.
         """
-        self.check_discardable(self.root)
-        children = [c for c in self.root.iterdir() if c.name != ".lock"]
-        kept = []
-        for child in children:
-            if child.is_file() and (child.name in STORE_FILES or child.suffix in (".parquet", ".png")
-                                    or child.name.startswith(_TMP_PREFIX)):
-                child.unlink()
-            elif child.is_dir() and child.name in STORE_FOLDERS:
-                kept += _discard_folder(child, STORE_FOLDERS[child.name])
-            else:
-                kept.append(child)
-        return kept
+        self.check_target(self.root)
+        listed = [self.root / rel for rel in self.written.paths()]
+        for path in listed:
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+        self.remove_stale_temporaries()
+        self.written.path.unlink(missing_ok=True)
+        for folder in sorted({p.parent for p in listed}, key=lambda p: len(p.parts), reverse=True):
+            while folder != self.root and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+                folder = folder.parent
+        return sorted(p for p in self.root.rglob("*") if p.is_file() and p.name != LOCK_NAME)
+
+    # ---- writing -------------------------------------------------------------------------
+    @contextmanager
+    def writing(self, name: str | Path) -> Iterator[Path]:
+        """A temporary path to write the store file ``name`` (relative to DIR) to.
+
+        When the block ends the file is fsynced, listed in ``written.jsonl`` with its SHA-256 and
+        renamed to ``name`` (atomic). If the block raises or writes nothing, nothing changes.
+        """
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary(path)
+        try:
+            yield tmp
+            if not tmp.exists():
+                return
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+            self.written.record(path, *file_digest(tmp))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def write_bytes(self, name: str | Path, data: bytes) -> Path:
+        with self.writing(name) as tmp:
+            tmp.write_bytes(data)
+        return self.root / name
+
+    def write_text(self, name: str | Path, text: str) -> Path:
+        return self.write_bytes(name, text.encode())
+
+    def write_parquet(self, name: str | Path, table: pa.Table) -> Path:
+        """Write ``table`` to the store file ``name`` (zstd, page checksums, row groups of ``ROW_GROUP_ROWS``)."""
+        with self.writing(name) as tmp:
+            pq.write_table(table, tmp, **WRITE_OPTIONS)
+        return self.root / name
+
+    def move_aside(self, path: Path) -> Path:
+        """Move a store file to ``DIR/damaged/<its path>`` (listed, so ``--force`` removes it too); returns where."""
+        target = self.root / "damaged" / path.relative_to(self.root)
+        if target.exists():
+            target = target.with_name(f"{target.stem}-{time.time_ns()}{target.suffix}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.replace(target)
+        self.written.record(target, *file_digest(target))
+        return target
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def _read(self, paths: list[Path], schema: pa.Schema | None, columns: list[str] | None = None) -> pa.Table:
+        """Read Parquet files (page checksums verified); a file that cannot be read is named in a ``StoreError``."""
+        try:
+            return ds.dataset([str(p) for p in paths], schema=schema, format=_READ_FORMAT).to_table(columns=columns)
+        except Exception as exc:  # which file? (a damaged footer can make pyarrow raise nearly anything)
+            for path in paths:
+                problem = scan_parquet(path)[1]
+                if problem is not None:
+                    raise StoreError(f"{path}: {problem}; `monkeybarrel store repair {self.root}` sets the file "
+                                     "aside (what it held is redone by the next run)") from None
+            if not isinstance(exc, READ_ERRORS):
+                raise
+            raise StoreError(f"{paths[0].parent}: cannot read its Parquet files together ({one_line(exc)})") from None
 
     # ---- whole tables --------------------------------------------------------------------
     def write_table(self, name: str, table: pa.Table) -> None:
-        atomic_write_table(table, self.table_path(name))
+        self.write_parquet(f"{name}.parquet", table)
 
     def read_table(self, name: str, schema: pa.Schema | None = None) -> pa.Table | None:
         """The table ``name`` or None when absent (or an empty table of ``schema``)."""
         path = self.table_path(name)
         if not path.is_file():
             return schema.empty_table() if schema is not None else None
-        return pq.read_table(path)
+        return self._read([path], None)
 
     # ---- chunked tables ------------------------------------------------------------------
     def append_chunk(self, kind: str, table: pa.Table) -> Path:
         """Add one chunk under ``DIR/<kind>/`` (e.g. ``candidates`` or ``scores/judge``)."""
-        folder = self.root / kind
-        path = folder / f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-        atomic_write_table(table, path)
-        return path
+        return self.write_parquet(f"{kind}/part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet", table)
 
     def chunk_paths(self, kind: str) -> list[Path]:
         """The chunk files of ``kind``, oldest first (names start with the write time)."""
@@ -209,18 +266,7 @@ class ExperimentStore:
             StoreError: a chunk cannot be read (named; ``monkeybarrel store repair DIR`` sets it aside).
         """
         parts = self.chunk_paths(kind)
-        if not parts:
-            return schema.empty_table()
-        try:
-            return ds.dataset([str(p) for p in parts], schema=schema, format="parquet").to_table()
-        except (pa.ArrowInvalid, OSError):
-            for part in parts:
-                try:
-                    pq.read_metadata(part)
-                except (pa.ArrowInvalid, OSError) as exc:
-                    raise StoreError(f"{part}: damaged chunk ({exc}); `monkeybarrel store repair "
-                                     f"{self.root}` moves it aside (its rows are redone on the next run)") from None
-            raise
+        return self._read(parts, schema) if parts else schema.empty_table()
 
     def candidates(self) -> pa.Table:
         """Every stored candidate (CANDIDATE_SCHEMA), checked for duplicate keys."""
@@ -245,9 +291,8 @@ class ExperimentStore:
 
     def write_artifact(self, verifier: str, problem_id: str, record: dict[str, Any]) -> Path:
         """Store (atomically, replacing an older one) what ``verifier`` recorded while scoring ``problem_id``."""
-        path = self.artifact_path(verifier, problem_id)
-        atomic_write_bytes(path, json.dumps(record, indent=1, default=str).encode())
-        return path
+        return self.write_bytes(self.artifact_path(verifier, problem_id).relative_to(self.root),
+                                json.dumps(record, indent=1, default=str).encode())
 
     def read_artifact(self, verifier: str, problem_id: str) -> dict[str, Any] | None:
         """The record ``verifier`` stored for ``problem_id``, or None."""
@@ -269,12 +314,7 @@ class ExperimentStore:
             raise StoreError(f"{self.manifest_path}: damaged manifest ({exc})") from None
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        atomic_write_bytes(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
-
-    def write_text(self, name: str, text: str) -> Path:
-        path = self.root / name
-        atomic_write_bytes(path, text.encode())
-        return path
+        self.write_bytes("manifest.json", json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
 
 
 def newest_per_key(table: pa.Table) -> pa.Table:
@@ -286,22 +326,6 @@ def newest_per_key(table: pa.Table) -> pa.Table:
     if newest.num_rows == table.num_rows:
         return table
     return table.take(np.sort(newest.column("__row_max").to_numpy()))
-
-
-def _discard_folder(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """Remove the store's files (``suffixes``, and temporaries) under ``folder``, then the empty folders."""
-    kept = []
-    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path.is_file():
-            if path.suffix in suffixes or path.name.startswith(_TMP_PREFIX):
-                path.unlink()
-            else:
-                kept.append(path)
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
-    if folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-    return kept
 
 
 def _check_unique(table: pa.Table, key: Iterable[str], what: str) -> None:

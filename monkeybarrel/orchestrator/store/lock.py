@@ -16,9 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from .manifest import now
-from .experiment_store import StoreError
-
-LOCK_NAME = ".lock"
+from .experiment_store import LOCK_NAME, StoreError
 
 
 class StoreLockedError(StoreError):

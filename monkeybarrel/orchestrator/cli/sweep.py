@@ -1,0 +1,126 @@
+"""``monkeybarrel sweep``: run, track and compare a grid of experiments (docs/sweeps.md).
+
+::
+
+    monkeybarrel sweep SWEEP.yaml [--out DIR] [--ray-address ADDR] [--dry-run]   # run or resume
+    monkeybarrel sweep status DIR [--json]
+    monkeybarrel sweep report DIR [--budget flops|tokens|samples|gpu_s]
+
+Exit status: 0 every point done; 1 some point failed (the others ran; run again to retry it);
+2 bad input (an invalid point, another sweep's directory), naming the point and key; 130 Ctrl-C
+(every finished candidate is stored; the same command resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from ...core.config import ConfigError
+from ...core.files import TaskDataError
+from ...core.registry import UnknownNameError
+from ..store.config_guard import ConfigConflictError
+from ..store.experiment_store import StoreError
+
+ACTIONS = ("run", "status", "report")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="monkeybarrel sweep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", required=True)
+    run = sub.add_parser("run", help="run or resume a sweep (the default: `monkeybarrel sweep SWEEP.yaml`)")
+    run.add_argument("sweep", type=Path, help="sweep file: a base config plus axes")
+    run.add_argument("--out", type=Path, default=None,
+                     help="sweep directory (default: $MONKEYBARREL_OUT/<name> or runs/<name>)")
+    run.add_argument("--ray-address", default=None,
+                     help="run every generator through the ray backend on this cluster (`auto`, ray://head:10001)")
+    run.add_argument("--attempts", type=int, default=None, help="tries per failing point (default: the file's retry)")
+    run.add_argument("--retry-wait", type=float, default=None, help="seconds before the second try (doubles each try)")
+    run.add_argument("--dry-run", action="store_true", help="validate every point and print the plan; run nothing")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    status = sub.add_parser("status", help="each point's state, candidates, errors, GPU-seconds, last error")
+    status.add_argument("directory", type=Path)
+    status.add_argument("--json", action="store_true", help="machine-readable")
+    report = sub.add_parser("report", help="report.md/.html/.png comparing the points: accuracy against compute")
+    report.add_argument("directory", type=Path)
+    report.add_argument("--budget", choices=["flops", "tokens", "samples", "gpu_s"], default=None,
+                        help="compute axis of the frontier (default: flops when every model's size is known, "
+                             "else tokens)")
+    return parser
+
+
+def main(argv: list[str] | None = None, console: Console | None = None) -> int:
+    """Run ``monkeybarrel sweep ARGS``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in ACTIONS and not argv[0].startswith("-"):
+        argv = ["run", *argv]
+    args = _parser().parse_args(argv)
+    console = console or Console()
+    try:
+        if args.action == "status":
+            return _status(args, console)
+        if args.action == "report":
+            return _report(args, console)
+        return _run(args, console)
+    except (ConfigError, ConfigConflictError, TaskDataError, StoreError, UnknownNameError) as exc:
+        return _fail(str(exc))
+    except BrokenPipeError:  # `sweep status DIR | head`: the reader left; nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        return _fail(f"{exc.filename + ': ' if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
+    except KeyboardInterrupt:
+        print("interrupted: every finished candidate is stored; run the same command again to resume",
+              file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    from ..sweep.driver import run_sweep
+    from ..sweep.spec import load_sweep
+    from ..sweep.status import print_status, sweep_status
+
+    sweep = load_sweep(args.sweep)
+    retry = sweep.spec.retry.model_copy(update={k: v for k, v in (("attempts", args.attempts),
+                                                                 ("wait_s", args.retry_wait)) if v is not None})
+    if retry.attempts < 1 or retry.wait_s < 0:
+        raise ConfigError("--attempts must be >= 1 and --retry-wait >= 0")
+    out = args.out or Path(os.environ.get("MONKEYBARREL_OUT", "runs")) / sweep.name
+    result = run_sweep(sweep, out, ray_address=args.ray_address, retry=retry, show_progress=not args.no_progress,
+                       dry_run=args.dry_run, echo=lambda line: console.print(line, highlight=False, markup=False))
+    if args.dry_run:
+        return 0
+    print_status(sweep_status(out), console)
+    console.print(f"status: monkeybarrel sweep status {out}   report: monkeybarrel sweep report {out}",
+                  highlight=False, markup=False)
+    return 1 if result.states.get("failed") else 0
+
+
+def _status(args: argparse.Namespace, console: Console) -> int:
+    from ..sweep.status import print_status, sweep_status
+
+    status = sweep_status(args.directory)
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+    else:
+        print_status(status, console)
+    return 0
+
+
+def _report(args: argparse.Namespace, console: Console) -> int:
+    from ..sweep.report import print_summary, write_report
+
+    report = write_report(args.directory, budget=args.budget)
+    print_summary(report, console)
+    return 0
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    return 2

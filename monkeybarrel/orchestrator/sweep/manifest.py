@@ -1,0 +1,154 @@
+"""``DIR/sweep.json``: which points a sweep directory holds, their state, and the engines started.
+
+The directory belongs to one sweep: every point it has started (a store under ``DIR/<point>/``)
+must be a point of the sweep being run, with the same ``id`` (a hash of its axis values and of the
+config sections its stored results depend on). Another sweep's directory is refused, as
+inspect_ai's ``eval_set`` refuses a log directory from another set. Points recorded but never
+started are dropped when the sweep changes; a point keeps its directory name across runs.
+
+Layout::
+
+    {"format": 1, "name": ..., "source": SWEEP.yaml, "created": ..., "updated": ...,
+     "points": [{"id", "name", "index", "overrides", "state", "attempts", "tries", "error", "traceback",
+                 "config_hash", "engines", "expected_candidates", "started", "finished", "host", "pid"}],
+     "engines": {label: {"starts": n, "points": [names]}},
+     "runs": [{"started", "finished", "outcome", "pid", "host", "ray_address", "engine_starts": {label: n}}]}
+
+States: ``pending`` (not run, interrupted, or its config changed since it was done), ``running``,
+``done``, ``failed`` (every try of the last run failed; ``error`` is the last one).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...core.config import fingerprint
+from ..store.config_guard import changed_keys, result_inputs
+from ...core.files import atomic_write_bytes
+from ..store.experiment_store import StoreError
+from ..store.lock import LOCK_NAME
+from ..store.manifest import now
+from .spec import Point, Sweep
+
+MANIFEST = "sweep.json"
+SWEEP_FILES = (MANIFEST, "sweep.yaml", LOCK_NAME, "report.md", "report.html", "report.png", "report.json")
+"""Top-level files a sweep directory holds besides its points' stores."""
+STATES = ("pending", "running", "done", "failed")
+
+
+class ForeignSweepError(StoreError):
+    """The directory holds another sweep's points (or is not a sweep directory)."""
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """``DIR/sweep.json`` as a dict ({} when there is none)."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path}: damaged sweep manifest ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+        raise StoreError(f"{path}: not a sweep manifest (no 'points' list)")
+    return data
+
+
+def write_manifest(directory: str | Path, manifest: dict[str, Any]) -> None:
+    manifest["updated"] = now()
+    atomic_write_bytes(Path(directory) / MANIFEST, json.dumps(manifest, indent=2, default=str).encode())
+
+
+def write_sweep_file(directory: str | Path, sweep: Sweep) -> None:
+    """``DIR/sweep.yaml``: the resolved sweep (base inlined), for the record and the report's ``model_params``."""
+    atomic_write_bytes(Path(directory) / "sweep.yaml", yaml.safe_dump(sweep.to_dict(), sort_keys=False).encode())
+
+
+def config_hash(point: Point) -> str:
+    """What a done point was run with: a changed config (more samples, another selector) runs it again."""
+    return fingerprint(point.config.to_dict())
+
+
+def claim(directory: str | Path, sweep: Sweep) -> dict[str, Any]:
+    """The manifest for running ``sweep`` in ``directory``: the stored one merged with the sweep's points.
+
+    Raises:
+        ForeignSweepError: the directory is not empty and not a sweep directory, or it holds started
+            points that are not points of ``sweep`` (the message names them and what changed).
+    """
+    directory = Path(directory)
+    old = read_manifest(directory)
+    if not old and directory.is_dir():
+        strays = sorted(p.name for p in directory.iterdir() if p.name != LOCK_NAME)
+        if strays:
+            raise ForeignSweepError(f"{directory}: not a sweep directory (no {MANIFEST}; holds {strays[:5]}); "
+                                    "give an empty or new directory with --out")
+    ids = {p.id for p in sweep.points}
+    recorded = {r["id"]: r for r in old.get("points", []) if isinstance(r, dict) and "id" in r}
+    foreign = [r for r in recorded.values() if r["id"] not in ids and _started(directory / r["name"])]
+    known = {r["name"] for r in recorded.values()}
+    if old:  # stores put there by hand or by another sweep
+        foreign += [{"name": p.name, "id": None} for p in sorted(directory.iterdir())
+                    if p.is_dir() and p.name not in known and _started(p)]
+    if foreign:
+        raise ForeignSweepError(_foreign_message(directory, sweep, foreign))
+    points, taken = [], set()
+    for point in sweep.points:
+        record = recorded.get(point.id)
+        if record is None:
+            name = point.name if point.name not in {r["name"] for r in recorded.values()} | taken \
+                else f"{point.name}-{point.id[:8]}"
+            record = {"id": point.id, "name": name, "state": "pending", "attempts": 0, "error": None}
+        record.update(index=point.index, overrides=point.overrides)
+        taken.add(record["name"])
+        points.append(record)
+    return {"format": 1, "name": sweep.name, "source": str(sweep.source) if sweep.source else None,
+            "created": old.get("created", now()), "points": points, "engines": old.get("engines", {}),
+            "runs": old.get("runs", [])}
+
+
+def _started(path: Path) -> bool:
+    return (path / "config.yaml").is_file() or (path / "manifest.json").is_file()
+
+
+def _foreign_message(directory: Path, sweep: Sweep, foreign: list[dict[str, Any]]) -> str:
+    names = [r["name"] for r in foreign]
+    lines = [f"{directory}: holds another sweep's results: point(s) {names[:5]}{' ...' if len(names) > 5 else ''} "
+             f"are not points of {sweep.source or sweep.name}."]
+    same = next(((r, p) for r in foreign for p in sweep.points if p.name == r["name"]), None)
+    if same is not None:
+        stored = _stored_inputs(directory / same[0]["name"])
+        changes = changed_keys(stored, result_inputs(same[1].config)) if stored else []
+        if changes:
+            lines.append(f"{same[0]['name']} was run with a different config: " + "; ".join(changes[:6]))
+    lines.append("Use another directory (--out), or change the sweep back.")
+    return "\n".join(lines)
+
+
+def _stored_inputs(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / "manifest.json").read_text()).get("result_inputs", {})
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def point_record(manifest: dict[str, Any], point_id: str) -> dict[str, Any]:
+    return next(r for r in manifest["points"] if r["id"] == point_id)
+
+
+def is_done(record: dict[str, Any], point: Point) -> bool:
+    """Done, and with the config it is asked for now."""
+    return record.get("state") == "done" and record.get("config_hash") == config_hash(point)
+
+
+def count_starts(manifest: dict[str, Any], run: dict[str, Any], starts: dict[str, int], points: dict[str, list[str]]) -> None:
+    """Add a block's engine starts (label -> count) to the run and the totals, with the points they served."""
+    for label, count in starts.items():
+        run.setdefault("engine_starts", {})[label] = run.get("engine_starts", {}).get(label, 0) + count
+        total = manifest["engines"].setdefault(label, {"starts": 0, "points": []})
+        total["starts"] += count
+        total["points"] = sorted(set(total["points"]) | set(points.get(label, [])))

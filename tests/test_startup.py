@@ -1,0 +1,61 @@
+"""Start-up stays instant: importing the package or the CLI loads no heavy dependency, registries import
+only the plug-in asked for, and `reproduce list` loads no model, plotting or learning library.
+
+(The seconds are measured by benchmarks/cli_startup.py; these tests guard what makes them small.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("sklearn", "torch", "transformers", "matplotlib", "scipy", "pandas", "datasets", "sympy", "math_verify")
+
+
+def loaded_after(code: str, top: bool = True) -> set[str]:
+    """Modules (top-level names when ``top``) loaded in a fresh interpreter after running ``code``."""
+    names = "m.split('.')[0]" if top else "m"
+    probe = code + f"\nimport json, sys\nprint(json.dumps(sorted({{{names} for m in sys.modules if m}})))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def test_package_and_cli_import_nothing_heavy():
+    loaded = loaded_after("import monkeybarrel, monkeybarrel.orchestrator.cli.main as cli\ncli.build_parser()")
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)
+    assert not loaded & {"numpy", "pyarrow", "pydantic", "rich"}  # --help and --version need none of them
+
+
+def test_public_names_load_on_first_use():
+    loaded = loaded_after("import monkeybarrel as mb\nassert mb.TaskSpec(name='arithmetic').name == 'arithmetic'\n"
+                          "assert 'Experiment' in dir(mb) and 'run' in mb.__all__")
+    assert "pydantic" in loaded and not loaded & {"sklearn", "torch", "pandas"}
+    assert "monkeybarrel.orchestrator.runner" in loaded_after("import monkeybarrel as mb\n"
+                                                              "assert mb.run is mb.run_experiment", top=False)
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["reproduce", "list"], ["reproduce", "no-such-recipe"],
+                                  ["validate", "/no/such/config.yaml"]])
+def test_quick_commands_load_nothing_heavy(argv):
+    code = ("import sys\nfrom monkeybarrel.orchestrator.cli.main import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass")
+    heavy = loaded_after(code) & set(HEAVY)
+    assert not heavy, f"{argv} loaded {heavy}"
+
+
+def test_registries_import_only_the_module_asked_for():
+    code = ("from monkeybarrel.verifiers.base import VERIFIERS\nfrom monkeybarrel.tasks.base import TASKS\n"
+            "from monkeybarrel.core.registry import UnknownNameError\n"
+            "assert VERIFIERS.get('length').__name__\nassert TASKS.get('arithmetic')\n"
+            "assert 'llm_judge' in VERIFIERS.names() and 'swebench' in TASKS.names()\n"
+            "try:\n    VERIFIERS.get('no_such_verifier')\nexcept UnknownNameError as exc:\n"
+            "    assert 'llm_judge' in str(exc)\n"
+            "import sys\nprint(sorted(m for m in sys.modules if m.startswith(('monkeybarrel.verifiers.', "
+            "'monkeybarrel.tasks.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    imported = set(eval(out.splitlines()[-1]))  # noqa: S307 — our own printed list
+    assert {"monkeybarrel.verifiers.heuristics", "monkeybarrel.tasks.arithmetic"} <= imported
+    assert not imported & {"monkeybarrel.verifiers.llm_judge", "monkeybarrel.verifiers.reward_model",
+                           "monkeybarrel.tasks.swebench", "monkeybarrel.tasks.humaneval"}, imported
