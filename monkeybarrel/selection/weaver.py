@@ -33,8 +33,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..core.groups import group_argmax
 from ..core.selection_data import SelectionData
 from . import label_model as lm
-from .answer_structure import (CELL_NO_ANSWER, N_CELLS, RANKS, AnswerStructure, agreement_edges, answer_structure,
-                               is_most_frequent)
+from .answer_structure import (CELL_ALONE, CELL_NO_ANSWER, N_CELLS, AnswerStructure, agreement_edges,
+                               answer_structure, cell_name, is_most_frequent)
 from .base import SELECTORS, Selector
 from .score_bins import NORMALIZATIONS, ScoreNormalizer, as_matrix, bin_codes, bin_indicators  # noqa: F401 (re-exported)
 
@@ -267,7 +267,8 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             ``heterogeneity_``: ``[m]`` G statistic of how much their rates differ between strata (NaN
             for dropped verifiers; the notes name those significant at ``HETEROGENEITY_P``).
         cell_llr_: ``[S, n_cells]`` log-likelihood ratio of an answer's share cell per stratum
-            (``answer_structure.cell_name``); zeros without the majority evidence.
+            (``answer_structure.cell_name``); zeros without the majority evidence. ``cell_counts_``: the
+            fitted answers in each.
         majority_: how the majority evidence was used: ``"checked"`` (the verifiers alone fit the
             label, and each stratum's share evidence is what their posterior supports),
             ``"joint"`` (fitted with the verifiers: they are too weak to check it) or None (not used).
@@ -451,6 +452,11 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             self.n_patterns_ = int(em.data.F.shape[0])
         if em.data.n_strata > 1:
             self.heterogeneity_[columns] = lm.heterogeneity(em, fit["posterior"])
+        if em.data.n_cells:
+            d = em.data
+            has = d.item_cell != lm.CELL_NONE
+            self.cell_counts_ = np.bincount(d.item_stratum[has] * d.n_cells + d.item_cell[has],
+                                            minlength=d.n_strata * d.n_cells).reshape(d.n_strata, d.n_cells)
         self._store(fit, columns, em)
 
     def _em(self, kept: np.ndarray, structure: AnswerStructure | None, labelled: np.ndarray | None,
@@ -577,6 +583,7 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         self.per_stratum_, self.heterogeneity_ = np.zeros(m, dtype=bool), np.full(m, np.nan)
         n_cells = N_CELLS if self.answer_share_ else 0
         self.cell_llr_, self.joint_cell_llr_ = np.zeros((S, n_cells)), np.zeros((S, n_cells))
+        self.cell_counts_ = np.zeros((S, n_cells), dtype=np.int64)
         self.majority_, self.majority_check_, self.majority_dev_accuracy_ = None, {}, {}
         self.n_iter_, self.converged_, self.flipped_, self.fallback_ = 0, True, False, None
         self.orientation_, self.answer_orientation_, self.n_patterns_ = "verifiers", 0.0, 0
@@ -1142,7 +1149,7 @@ def _describe_strata(model: WeaverModel, names: Sequence[str]) -> list[str]:
                f"{100 * check.get('joint', np.nan):.0f} %), so they can check it")
         notes.append("majority evidence checked by the verifiers: the label is fitted on the verifiers alone and "
                      f"each agreement stratum uses the answer shares only as far as they support them ({how}); "
-                     f"most frequent answer's log-odds per stratum: {_modal_llr(model, labels)}")
+                     f"log-odds of a stratum's commonest most frequent answer: {_modal_llr(model, labels)}")
     elif model.majority_ == "joint":
         if model.majority_dev_accuracy_:
             how = (f"on dev labels the joint model selects {100 * model.majority_dev_accuracy_['joint']:.0f} % right "
@@ -1159,9 +1166,14 @@ def _describe_strata(model: WeaverModel, names: Sequence[str]) -> list[str]:
 
 
 def _modal_llr(model: WeaverModel, labels: list[str]) -> str:
-    """The share evidence of a most frequent answer with 40-60 % of the samples, per stratum, in words."""
-    cell = 2 + RANKS * 2 + RANKS - 1
-    return ", ".join(f"{label} {llr:+.1f}" for label, llr in zip(labels, model.cell_llr_[:, cell]))
+    """Per stratum, the share evidence of its commonest kind of most frequent answer, in words."""
+    modal = is_most_frequent(np.arange(model.cell_llr_.shape[1])) & (np.arange(model.cell_llr_.shape[1]) != CELL_ALONE)
+    parts = []
+    for label, counts, llr in zip(labels, model.cell_counts_, model.cell_llr_):
+        if counts[modal].sum():
+            cell = int(np.flatnonzero(modal)[np.argmax(counts[modal])])
+            parts.append(f"{label}: {llr[cell]:+.1f} for a {cell_name(cell)}")
+    return "; ".join(parts) or "no most frequent answers"
 
 
 def _stratum_labels(edges: np.ndarray) -> list[str]:
