@@ -31,7 +31,7 @@ SELECTORS = (
     SelectorSpec(name="majority", type="majority"),
     SelectorSpec(name="naive ensemble", type="naive_ensemble"),
     SelectorSpec(name="weaver (paper settings: all labels set prior and threshold)", type="weaver",
-                 options={"dev_fraction": 1.0, "model__threshold": "search"}),
+                 options={"dev_fraction": 1.0, "model__threshold": "search", "aggregate": "candidate"}),
     SelectorSpec(name="weaver (1% dev labels)", type="weaver", options={"dev_fraction": 0.01, "model__threshold": "search"}),
     SelectorSpec(name="weaver (label-free)", type="weaver"),
 )
