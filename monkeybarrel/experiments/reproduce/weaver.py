@@ -97,8 +97,9 @@ def _run(dataset: str, size: str):
             f"{metrics['n_problems']} problems x {k} samples; {len(experiment.selection_data().verifiers)} released "
             "verifier columns.",
             "naive ensemble averages every released verifier (the paper's row: the top-10 RewardBench RMs only).",
-            "weaver (paper settings) is transductive like the paper's Table 1: the labels of all problems set the class "
-            "prior and the threshold; '1% dev labels' uses a seeded 1% of problems; 'label-free' none.",
+            "weaver (paper settings) is the paper's per-candidate model (aggregate: candidate), transductive like its "
+            "Table 1: the labels of all problems set the class prior and the threshold; '1% dev labels' (a seeded 1% "
+            "of problems) and 'label-free' (none) run monkeybarrel's default, candidates pooled by final answer.",
             f"full selection report with coverage, scaling law and verifier table: {out / 'store' / 'report.md'}",
         ]
         result.timings = {"load": loaded - began, "select+evaluate": done - loaded}
