@@ -10,27 +10,27 @@ from typing import Any
 
 from ..core.config import ExperimentConfig
 from ..core.records import Problem, problems_from_table, problems_to_table
+from ..samplers.base import Sampler
 from ..sandbox.base import LayerInfo, layers_mark, layers_used
 from ..tasks.base import Task
+from .experiment import Experiment
 from .report.accuracy_vs_k import accuracy_vs_k_with_intervals
 from .report.allocation import MAX_CELLS_X_SAMPLES, plot_equal_compute, render_section, stored_equal_compute
-from .stages.allocation_rounds import run_allocated_sampling, uses_rounds
-from .store.config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
-from .stages.evaluate import evaluate, to_json
-from .experiment import Experiment
-from .stages.label import run_label_stage
-from .store.lock import RunLock
-from .store.manifest import new_manifest, now, package_versions
-from .stages.preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
-from .report.markdown import plot_curves, render_markdown
 from .report.html_page import write_html
-from ..samplers.base import Sampler
+from .report.markdown import plot_curves, render_markdown
+from .stages.allocation_rounds import run_allocated_sampling, uses_rounds
+from .stages.evaluate import evaluate, to_json
+from .stages.label import run_label_stage
+from .stages.preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
 from .stages.sample import (close_samplers, gpu_summary, run_sample_stage, start_samplers, sum_over_runs,
                             token_summary)
 from .stages.select import run_select_stage
-from .store.experiment_store import ExperimentStore, StoreError
-from .store.maintenance import compact_if_fragmented
 from .stages.verify import run_verify_stage
+from .store.config_guard import ConfigConflictError, changed_sections, result_inputs, stored_sections
+from .store.experiment_store import ExperimentStore, StoreError
+from .store.lock import RunLock
+from .store.maintenance import compact_if_fragmented
+from .store.manifest import new_manifest, now, package_versions
 
 log = logging.getLogger("monkeybarrel")
 

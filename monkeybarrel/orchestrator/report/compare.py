@@ -16,9 +16,9 @@ import numpy as np
 
 from ...core.intervals import DEFAULT_RESAMPLES, bootstrap_means, paired_difference_ci, percentile_interval
 from ...core.metrics import pass_at_k
+from ..experiment import Experiment
 from ..store.config_guard import changed_keys
 from .drilldown import Drilldown
-from ..experiment import Experiment
 
 
 def per_problem_values(experiment: Experiment) -> tuple[list[str], dict[str, np.ndarray]]:

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from .drilldown import Drilldown
 from ..experiment import Experiment
+from .drilldown import Drilldown
 
 FORMATS = ("csv", "jsonl")
 

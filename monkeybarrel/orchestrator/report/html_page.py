@@ -25,9 +25,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .drilldown import Drilldown
-from ..stages.evaluate import to_json
 from ..experiment import Experiment
+from ..stages.evaluate import to_json
+from .drilldown import Drilldown
 
 
 def render_report_body(markdown_text: str, directory: Path) -> tuple[str, list[tuple[str, str]]]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .drilldown import Drilldown
-from .terminal import table
 from ..experiment import Experiment
 from ..store.experiment_store import StoreError
+from .drilldown import Drilldown
+from .terminal import table
 
 
 def _mark(correct) -> str:

@@ -23,9 +23,9 @@ from ...core.records import ANSWER_SCHEMA, Problem
 from ...samplers.base import Sampler
 from ...samplers.engine_pool import active_pool
 from ...tasks.base import Task
+from ..store.experiment_store import ExperimentStore
 from .label import run_label_stage
 from .sample import run_sample_stage
-from ..store.experiment_store import ExperimentStore
 from .verify import run_verify_stage
 
 LEDGER_SCHEMA = pa.schema([("round", pa.int32()), ("generator_id", pa.string()), ("problem_id", pa.string()),

@@ -14,8 +14,8 @@ from ...core.plugins import build_plugin
 from ...core.records import Candidate, Problem, candidates_to_table
 from ...samplers.base import SAMPLERS, Sampler, SampleRequest, request_seed
 from ...samplers.engine_pool import active_pool
-from .progress import progress_bar
 from ..store.experiment_store import ExperimentStore
+from .progress import progress_bar
 
 
 def missing_requests(config: ExperimentConfig, generator_index: int, problems: list[Problem],

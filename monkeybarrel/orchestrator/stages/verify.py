@@ -18,8 +18,8 @@ from ...core.config import ConfigError, ExperimentConfig
 from ...core.plugins import build_plugin
 from ...core.records import CANDIDATE_KEY, SCORE_SCHEMA, Candidate, Problem, candidates_from_table
 from ...verifiers.base import VERIFIERS
-from .progress import progress_bar
 from ..store.experiment_store import ExperimentStore
+from .progress import progress_bar
 
 
 def run_verify_stage(store: ExperimentStore, config: ExperimentConfig, problems: list[Problem],

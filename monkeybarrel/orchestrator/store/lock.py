@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from types import TracebackType
 
-from .manifest import now
 from .experiment_store import LOCK_NAME, StoreError
+from .manifest import now
 
 
 class StoreLockedError(StoreError):

@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.records import ANSWER_SCHEMA, CANDIDATE_KEY, CANDIDATE_SCHEMA, LABEL_SCHEMA, SCORE_SCHEMA
+from .experiment_store import ExperimentStore, StoreError, newest_per_key
 from .integrity import digest_problem, parse_problem, salvage_parquet, scan_parquet
 from .lock import RunLock
-from .experiment_store import ExperimentStore, StoreError, newest_per_key
 from .written import LIST_NAME, file_digest
 
 _KEYED_TABLES = {"answers": ANSWER_SCHEMA, "labels": LABEL_SCHEMA}

@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 
 from ...core.config import fingerprint
-from ..store.config_guard import changed_keys, result_inputs
 from ...core.files import atomic_write_bytes
+from ..store.config_guard import changed_keys, result_inputs
 from ..store.experiment_store import StoreError
 from ..store.lock import LOCK_NAME
 from ..store.manifest import now

@@ -23,9 +23,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from ...core.files import atomic_write_bytes
 from ..report.markdown import pct
 from ..stages.evaluate import to_json
-from ...core.files import atomic_write_bytes
 from ..store.experiment_store import StoreError
 from .curves import BUDGET_NAMES, BUDGETS, PointCurves, add_coverage, read_point
 from .frontier import best_at, budget_grid, pareto
