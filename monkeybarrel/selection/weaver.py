@@ -1140,13 +1140,15 @@ def _describe_strata(model: WeaverModel, names: Sequence[str]) -> list[str]:
             notes.append(f"{names[j]}'s reliability depends on the problem (G = {model.heterogeneity_[j]:.0f}): {rates}")
     check = model.majority_check_
     agreed = f"{100 * UNANIMITY:.0f} %"
+    measured = np.isfinite(check.get("checked", np.nan)) and np.isfinite(check.get("joint", np.nan))
     if model.majority_ == "checked":
         how = (f"on dev labels the verifiers-checked model selects {100 * model.majority_dev_accuracy_['checked']:.0f} % "
                f"right against {100 * model.majority_dev_accuracy_['joint']:.0f} % for the joint one"
                if model.majority_dev_accuracy_ else
                f"where >= {agreed} of the samples agree, the verifiers alone pick that answer "
-               f"{100 * check.get('checked', np.nan):.0f} % of the time (with the majority in the fit: "
-               f"{100 * check.get('joint', np.nan):.0f} %), so they can check it")
+               f"{100 * check['checked']:.0f} % of the time (with the majority in the fit: "
+               f"{100 * check['joint']:.0f} %), so they can check it" if measured else
+               f"no problem has >= {agreed} of its samples agreeing, so nothing contradicts the verifiers")
         notes.append("majority evidence checked by the verifiers: the label is fitted on the verifiers alone and "
                      f"each agreement stratum uses the answer shares only as far as they support them ({how}); "
                      f"log-odds of a stratum's commonest most frequent answer: {_modal_llr(model, labels)}")
@@ -1157,10 +1159,12 @@ def _describe_strata(model: WeaverModel, names: Sequence[str]) -> list[str]:
         elif check.get("right_answers_per_problem", 0.0) > MAX_RIGHT_ANSWERS:
             how = (f"the verifiers alone expect {check['right_answers_per_problem']:.1f} right answers per problem, "
                    "where at most one can be: they are too weak to stand alone")
-        else:
+        elif measured:
             how = (f"where >= {agreed} of the samples agree, the verifiers alone pick that answer only "
-                   f"{100 * check.get('checked', np.nan):.0f} % of the time (with it: {100 * check.get('joint', np.nan):.0f} %): "
+                   f"{100 * check['checked']:.0f} % of the time (with it: {100 * check['joint']:.0f} %): "
                    "they are too weak to stand alone")
+        else:
+            how = "the verifiers alone were not kept"
         notes.append(f"majority evidence fitted with the verifiers ({how})")
     return notes
 
