@@ -33,17 +33,16 @@ class EnginePool:
 
     def sampler(self, spec: GeneratorSpec, build: Callable[[], Sampler]) -> Sampler:
         """The pooled sampler for ``spec``'s engine, rebound to ``spec``; ``build()`` makes it the first time."""
-        sampler = next((s for s in self._samplers.values() if s.engine_key() is not None
-                        and s.engine_key() == _key(spec, s)), None)
-        if sampler is None:
-            sampler = build()
-            key = sampler.engine_key()
-            if key is None:  # this backend cannot be shared: a private sampler the pool still closes
-                key = ("unshared", id(sampler))
-            self._samplers[key] = sampler
-            self.starts[str(key)] += 1
-            return sampler
-        sampler.rebind(spec)
+        for key, sampler in self._samplers.items():  # keyed by engine key: a sampler's never changes
+            if sampler.spec.backend == spec.backend and sampler.key_for(spec) == key:
+                sampler.rebind(spec)
+                return sampler
+        sampler = build()
+        key = sampler.engine_key()
+        if key is None:  # this backend cannot be shared: a private sampler the pool still closes
+            key = ("unshared", id(sampler))
+        self._samplers[key] = sampler
+        self.starts[str(key)] += 1
         return sampler
 
     def owns(self, sampler: Sampler) -> bool:
@@ -57,13 +56,6 @@ class EnginePool:
                 sampler.close()
             except Exception:
                 pass
-
-
-def _key(spec: GeneratorSpec, like: Sampler) -> Hashable | None:
-    """The engine key ``spec`` would have with ``like``'s backend (None for another backend)."""
-    if spec.backend != like.spec.backend:
-        return None
-    return like.key_for(spec)
 
 
 @contextmanager

@@ -147,6 +147,29 @@ class _Task:
     per_sample: dict[str, float]  # problem_id -> estimated tokens per sample
 
 
+class _Todo(deque):
+    """Requests still to hand out, as (request, estimated tokens) pairs, with their running token total."""
+
+    def __init__(self, items: Iterable[tuple[SampleRequest, float]] = ()) -> None:
+        super().__init__()
+        self.tokens = 0.0
+        for item in items:
+            self.append(item)
+
+    def append(self, item: tuple[SampleRequest, float]) -> None:
+        super().append(item)
+        self.tokens += item[1]
+
+    def appendleft(self, item: tuple[SampleRequest, float]) -> None:
+        super().appendleft(item)
+        self.tokens += item[1]
+
+    def popleft(self) -> tuple[SampleRequest, float]:
+        item = super().popleft()
+        self.tokens -= item[1]
+        return item
+
+
 @SAMPLERS.register("ray")
 class RaySampler(Sampler):
     """Spreads problems over Ray actors that each run another backend.
@@ -294,14 +317,16 @@ class RaySampler(Sampler):
         prompt = sum(len(m["content"]) for m in self.messages(request.problem)) / 4
         return prompt + len(request.sample_indices) * self.spec.max_tokens
 
-    def _next_task(self, todo: deque[SampleRequest], handle: _Handle, share: float) -> list[SampleRequest]:
-        """Requests for ``handle``'s next task: up to its free tokens and its fair ``share`` (at least one)."""
+    def _next_task(self, todo: deque[tuple[SampleRequest, float]], handle: _Handle,
+                   share: float) -> list[tuple[SampleRequest, float]]:
+        """(request, tokens) pairs for ``handle``'s next task, taken from ``todo``: up to its free tokens and its
+        fair ``share`` (at least one)."""
         room = min(self.worker_tokens() - handle.tokens, share)
-        batch, tokens = [todo.popleft()], 0.0
-        tokens += self.request_tokens(batch[0])
-        while todo and tokens + self.request_tokens(todo[0]) <= room and (
+        batch = [todo.popleft()]
+        tokens = batch[0][1]
+        while todo and tokens + todo[0][1] <= room and (
                 self.requests_per_task is None or len(batch) < self.requests_per_task):
-            tokens += self.request_tokens(todo[0])
+            tokens += todo[0][1]
             batch.append(todo.popleft())
         return batch
 
@@ -320,22 +345,23 @@ class RaySampler(Sampler):
         from ray.exceptions import RayActorError
 
         self.load()
-        todo: deque[SampleRequest] = deque(requests)
+        todo = _Todo((r, self.request_tokens(r)) for r in requests)
         attempts: dict[str, int] = {}
         inflight: dict[Any, _Task] = {}
         while todo or inflight:
             live = [h for h in self.workers if h.ready is None]
-            share = math.ceil(sum(self.request_tokens(r) for r in todo) / max(len(live), 1))
+            share = math.ceil(todo.tokens / max(len(live), 1))
             for handle in live:
                 while todo and handle.busy < self.tasks_per_worker and (
                         handle.busy == 0 or handle.tokens < self.worker_tokens()):
                     batch = self._next_task(todo, handle, share)
-                    generator = handle.actor.sample.options(num_returns="streaming").remote(batch, self.spec)
-                    per_sample = {r.problem.problem_id: self.request_tokens(r) / len(r.sample_indices) for r in batch}
+                    generator = handle.actor.sample.options(num_returns="streaming").remote(
+                        [r for r, _ in batch], self.inner_spec)
                     inflight[generator] = _Task(handle, {r.problem.problem_id: (r, set(r.sample_indices))
-                                                         for r in batch}, per_sample)
+                                                         for r, _ in batch},
+                                                {r.problem.problem_id: t / len(r.sample_indices) for r, t in batch})
                     handle.busy += 1
-                    handle.tokens += sum(self.request_tokens(r) for r in batch)
+                    handle.tokens += sum(t for _, t in batch)
             starting = {h.ready: h for h in self.workers if h.ready is not None}
             if not inflight and not starting:
                 raise RuntimeError(f"no Ray sampler workers left; {len(todo)} problems were not sampled "
@@ -393,13 +419,14 @@ class RaySampler(Sampler):
             if indices:
                 yield self.failed(_subset(request, indices), exc, 0.0)
 
-    def _worker_died(self, handle: _Handle, inflight: dict[Any, _Task], todo: deque[SampleRequest],
+    def _worker_died(self, handle: _Handle, inflight: dict[Any, _Task], todo: _Todo,
                      attempts: dict[str, int], exc: BaseException) -> Iterator[list[Candidate]]:
         """Queue the lost samples again (or record them as failed) and replace the worker."""
         self.stats["worker_deaths"] += 1
         self._retire(handle)
         for generator in [g for g, t in inflight.items() if t.handle is handle]:
-            for request, indices in inflight.pop(generator).outstanding.values():
+            task = inflight.pop(generator)
+            for request, indices in task.outstanding.values():
                 if not indices:
                     continue
                 pid = request.problem.problem_id
@@ -410,7 +437,7 @@ class RaySampler(Sampler):
                         f"sampler worker died {attempts[pid]} times while sampling this problem: {exc}"), 0.0)
                 else:
                     self.stats["requeued_samples"] += len(indices)
-                    todo.appendleft(lost)
+                    todo.appendleft((lost, len(indices) * task.per_sample.get(pid, 0.0)))
         if self.stats["restarts"] < self.max_worker_restarts:
             self.stats["restarts"] += 1
             self.workers.append(self._spawn())  # gets tasks once it has started
