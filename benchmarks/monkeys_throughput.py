@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -135,14 +136,15 @@ def run_vllm(model: str, engine: dict, work: dict, variants: list[str], detokeni
     return out
 
 
-def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_levers: dict[str, dict]) -> dict:
+def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_levers: dict[str, dict],
+             lever_variants: list[str]) -> dict:
     """The ``vllm`` sampler (attention auto, our engine options) through ``sample``/``serve``; each job once per
-    request-level setting in ``request_levers`` (name -> sampler attributes; ``""`` = as shipped)."""
+    request-level setting in ``request_levers`` (name -> sampler attributes; ``""`` = as shipped; the others
+    on ``lever_variants`` only)."""
     from vllm import SamplingParams
 
     from monkeybarrel.core.config import GeneratorSpec
     from monkeybarrel.core.records import Problem
-    from monkeybarrel.kernels import vllm_backend
     from monkeybarrel.samplers.base import SampleRequest
     from monkeybarrel.samplers.vllm_offline import VLLMSampler
 
@@ -185,7 +187,7 @@ def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_
     for lever, attrs in request_levers.items():
         for key, value in {**shipped, **attrs}.items():
             setattr(sampler, key, value)
-        for variant in variants:
+        for variant in (variants if not lever else [v for v in variants if v in lever_variants]):
             sampler.variant = variant
             sampler.llm.reset_prefix_cache()
             before = dict(sampler.stats)
@@ -196,7 +198,8 @@ def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_
             out["jobs"][name] = {"tokens": tokens, "seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1),
                                  "sampler": {k: sampler.stats[k] - before[k] for k in sampler.stats}}
             print(json.dumps({name: out["jobs"][name]}), flush=True)
-    out["attention_stats"] = dict(vllm_backend.STATS)
+    stats = Path(os.environ["MONKEYBARREL_ATTENTION_STATS"])
+    out["attention_stats"] = json.loads(stats.read_text()) if stats.exists() else {}
     sampler.close()
     return out
 
@@ -206,11 +209,13 @@ def engine_process(spec: dict) -> dict:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     from monkeybarrel.samplers.vllm_engine import use_engine_cache
 
-    use_engine_cache(spec.get("engine_cache"))
+    use_engine_cache(spec.get("engine_cache") or None)
+    os.environ["MONKEYBARREL_ATTENTION_STATS"] = tempfile.mkdtemp() + "/attention_stats.json"  # the engine process's counters
     work = json.loads(Path(spec["work"]).read_text())
     if spec["kind"] == "vllm":
         return run_vllm(spec["model"], spec["engine"], work, spec["variants"], spec["detokenize"])
-    return run_ours(spec["model"], spec["engine"], work, spec["variants"], spec["request_levers"])
+    return run_ours(spec["model"], spec["engine"], work, spec["variants"], spec["request_levers"],
+                    spec.get("lever_variants") or spec["variants"])
 
 
 def spawn(spec: dict, log: Path) -> dict | None:
@@ -237,8 +242,11 @@ def main() -> None:
     ap.add_argument("--columns", default="vllm_default,vllm_tuned,ours")
     ap.add_argument("--tuned", default="", help="override the vLLM-alone settings tried, e.g. '2048:16384,4096:32768'")
     ap.add_argument("--levers", default="", help=f"comma list of {','.join(LEVERS)} (rows for ours)")
+    ap.add_argument("--lever-variants", default="", help="variants the lever rows run (default: all)")
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
-    ap.add_argument("--restart", action="store_true", help="start ours' engine once more (cached start)")
+    ap.add_argument("--restart", action="store_true",
+                    help="start ours' engine once more, in a new process given a copy of the filled --engine-cache "
+                         "(what a node gets from a shipped or shared cache)")
     ap.add_argument("--engine-cache", default=os.environ.get("MONKEYBARREL_ENGINE_CACHE", ""))
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "monkeys_throughput")
     ap.add_argument("--out", type=Path)
@@ -269,7 +277,9 @@ def main() -> None:
         work = workload(args.gsm8k, args.tokenizer, args.problems, n)
         work_file = args.workdir / f"work_{preset}.json"
         work_file.write_text(json.dumps(work))
-        common = {"model": model, "work": str(work_file), "variants": variants, "engine_cache": args.engine_cache}
+        lever_variants = args.lever_variants.split(",") if args.lever_variants else variants
+        common = {"model": model, "work": str(work_file), "variants": variants, "engine_cache": args.engine_cache,
+                  "lever_variants": lever_variants}
         engines: dict[str, dict] = {}
 
         def launch(name: str, spec: dict) -> dict | None:
@@ -298,9 +308,17 @@ def main() -> None:
         for lever in levers:
             engine_change = LEVERS[lever][0]
             if engine_change:
-                launch(f"ours_{lever}", {"kind": "ours", "engine": {**base, **engine_change}, "request_levers": {"": {}}})
-        if args.restart:
-            launch("ours_restart", {"kind": "ours", "engine": base, "request_levers": {}, "variants": []})
+                launch(f"ours_{lever}", {"kind": "ours", "engine": {**base, **engine_change}, "request_levers": {"": {}},
+                                         "variants": lever_variants})
+        if args.restart and args.engine_cache:
+            shipped = Path(args.engine_cache + "_shipped")
+            if shipped.exists():
+                shutil.rmtree(shipped)
+            shutil.copytree(args.engine_cache, shipped)
+            size = sum(f.stat().st_size for f in shipped.rglob("*") if f.is_file())
+            report["engine_cache_mb"] = round(size / 2**20, 1)
+            launch("ours_restart", {"kind": "ours", "engine": base, "request_levers": {}, "variants": [],
+                                    "engine_cache": str(shipped)})
         for variant in variants:
             def rate(name: str) -> float | None:
                 job = engines.get(name, {}).get("jobs", {}).get(variant)
@@ -315,7 +333,7 @@ def main() -> None:
                                      if row["ours_tok_s"] and row["vllm_tuned_tok_s"] else None)
             report["rows"].append(row)
             print(json.dumps(row), flush=True)
-            for lever in levers:
+            for lever in (levers if variant in lever_variants else []):
                 source = engines.get(f"ours_{lever}") if LEVERS[lever][0] else engines.get("ours")
                 key = variant if LEVERS[lever][0] else f"{variant}/{lever}"
                 job = (source or {}).get("jobs", {}).get(key)
@@ -327,6 +345,10 @@ def main() -> None:
                     print(json.dumps(entry), flush=True)
         if args.out:
             args.out.write_text(json.dumps(report, indent=1))
+    report["engine_starts"] = {k: v.get("engine_start_s") for k, v in report["engines"].items()}
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    print(json.dumps({"engine_start_s": report["engine_starts"], "engine_cache_mb": report.get("engine_cache_mb")}))
     print(json.dumps(report["rows"], indent=1))
 
 
