@@ -15,9 +15,9 @@ points one after another (:class:`Placement`):
 
 1. groups that have no lane yet start first, heaviest first (estimated samples x tokens), each on
    the lowest free devices it fits; a group that does not fit waits, the next that fits starts;
-2. when every group has a lane, a free device takes a second engine of the group with the most
-   points still waiting, if at least ``spare_after`` (2) are: an engine start (about a minute for
-   vLLM) is worth it only for more than one point's work;
+2. when every group has a lane, free devices take another engine of the group with the most
+   points still waiting per lane, if at least ``spare_after`` (2) and more than its lanes are: an
+   engine start (about a minute for vLLM) is worth it only for more than one point's work;
 3. a lane that finishes frees its devices for the next.
 """
 
@@ -92,7 +92,7 @@ def find_devices(setting: str | None, visible: list[str] | None = None) -> Devic
             raise ConfigError(f"--gpus {text}: only {len(visible)} GPU(s) are visible ({','.join(visible)})")
         return Devices(tuple(visible[:count]), gpu=True)
     ids = [part.strip() for part in text.split(",")]
-    if not all(ids) or len(set(ids)) != len(ids):
+    if not all(i.isdigit() or i.startswith(("GPU-", "MIG-")) for i in ids) or len(set(ids)) != len(ids):
         raise ConfigError(f"--gpus {text}: expected auto, a count, or distinct device ids such as 0,1,2,3")
     unknown = [i for i in ids if visible and i not in visible]
     if unknown:
@@ -160,7 +160,8 @@ class Placement:
                 return group, self._take(group)
         if fresh:  # devices stay free for the groups that wait for them
             return None
-        spare = [g for g in self.groups if len(g.waiting) >= self.spare_after and g.need <= len(self.free)]
+        spare = [g for g in self.groups  # no more lanes than waiting points: a lane that gets none is a wasted start
+                 if len(g.waiting) >= max(self.spare_after, g.lanes + 1) and g.need <= len(self.free)]
         if not spare:
             return None
         group = max(spare, key=lambda g: (len(g.waiting) / g.lanes, -g.waiting[0]))
