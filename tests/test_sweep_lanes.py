@@ -87,7 +87,7 @@ def test_a_failing_point_and_a_killed_lane_never_stop_the_other_points(tmp_path)
     sweep_file = write_sweep(tmp_path / "grid.yaml", [
         {"zip": {"generators[0].model": {"smol": "smollm2-135m-instruct", "broken": str(broken)},
                  "generators[0].options.max_batch": [2, 64]}},
-        {"generators[0].temperature": [0.3, 0.6, 1.0]}], problems=3, max_tokens=12, chunk_problems=1)
+        {"generators[0].temperature": [0.3, 1.0]}], problems=3, max_tokens=12, chunk_problems=1)
     out = tmp_path / "sweep"
     first = out / "model=smol,temperature=0.3" / "candidates"
     killed: list[int] = []
@@ -118,7 +118,7 @@ def test_a_failing_point_and_a_killed_lane_never_stop_the_other_points(tmp_path)
     assert main(["sweep", str(sweep_file), "--out", str(out), "--gpus", "2", "--no-progress"]) == 1  # broken again
     records = {r["name"]: r for r in manifest(out)["points"]}
     assert records[first.parent.name]["state"] == "done"
-    assert [r["state"] for n, r in records.items() if n.startswith("model=broken")] == ["failed"] * 3
+    assert [r["state"] for n, r in records.items() if n.startswith("model=broken")] == ["failed"] * 2
     counted = unique_keys(first.parent)
     assert len(counted) == 3 * 2 and max(counted.values()) == 1  # resumed: every candidate once
 

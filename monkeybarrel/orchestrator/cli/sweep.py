@@ -103,12 +103,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if retry.attempts < 1 or retry.wait_s < 0:
         raise ConfigError("--attempts must be >= 1 and --retry-wait >= 0")
     out = args.out or Path(os.environ.get("MONKEYBARREL_OUT", "runs")) / sweep.name
+    def echo(line: str) -> None:  # whole lines, also in logs (Slurm, `ray job logs`)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
     main_thread = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGTERM, _interrupted) if main_thread else None  # Slurm's time limit, scancel:
     try:                                                                             # stop as on Ctrl-C, resumable
         result = run_sweep(sweep, out, ray_address=args.ray_address, retry=retry, show_progress=not args.no_progress,
-                           dry_run=args.dry_run, echo=lambda line: console.print(line, highlight=False, markup=False),
-                           gpus=args.gpus, shard=shard)
+                           dry_run=args.dry_run, echo=echo, gpus=args.gpus, shard=shard)
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, before)

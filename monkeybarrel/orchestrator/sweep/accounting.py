@@ -6,9 +6,11 @@ GPUs x wall seconds) and, in the stage in which an engine started, the start's w
 whole start (on one H100: 31.6 GPU-s against 6.6 and 6.3 for identical points), and a GPU-second
 frontier would depend on the order the points ran in. Here, from the stores and ``sweep.json``:
 
-* a stage's **start** GPU-seconds = the GPUs it held (``gpu_s / wall_s``) x the start's seconds
-  inside the stage (at most ``wall_s``; Ray's count begins before the data load); its
-  **generation** GPU-seconds = the rest;
+* a stage's **start** GPU-seconds = the GPUs it held (``gpu_s / wall_s``) x the start's seconds,
+  at most the stage's wall; its **generation** GPU-seconds = the rest. (Ray's ``workers_ready_s``
+  counts from before the data load, which the stage's ``gpu_s`` leaves out, so for Ray the stage's
+  first seconds of generation, as many as the data load took, count as start: seconds against a
+  start of a minute or more.)
 * an engine's start GPU-seconds (every start of it in the sweep: lanes, shards, retries and later
   runs included) are **shared equally** by the points it served;
 * a point's GPU-seconds = its generation GPU-seconds + its shares of its engines' starts.

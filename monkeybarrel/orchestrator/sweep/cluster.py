@@ -69,7 +69,7 @@ def check_cluster(address: str, timeout_s: float = TIMEOUT_S) -> str:
         ClusterError: it does not answer, is not a Ray cluster, or refuses this driver's token (or its lack).
     """
     if address.startswith(("http://", "https://")):
-        raise ClusterError(f"--ray-address {address}: this is a dashboard (job submission) address; a driver "
+        raise ClusterError(f"Ray address {address}: this is a dashboard (job submission) address; a driver "
                            "joins the cluster's GCS: host:6379, auto, or ray://host:10001")
     if address.startswith("ray://"):
         return _check_client(address, timeout_s)
