@@ -117,20 +117,15 @@ class Cluster:
         return self
 
     def wait(self, nodes: int, timeout_s: float = 120) -> str:
-        deadline, line = time.monotonic() + timeout_s, ""
-        with mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}):
-            while time.monotonic() < deadline:
-                try:
-                    line = check_cluster(self.address, timeout_s=5)
-                    if f"{nodes} node" in line:
-                        return line
-                except ClusterError as exc:
-                    line = str(exc)
-                if any(p.poll() is not None for p in self.groups):
-                    break
-                time.sleep(1)
-        logs = "\n".join(p.read_text()[-2000:] for p in sorted(self.temp.glob("start-*.log")))
-        raise RuntimeError(f"the Ray cluster did not come up with {nodes} node(s): {line}\n{logs}")
+        """Wait for the nodes as a launcher does (deploy/slurm/ray_cluster.sbatch): ``python -m ...cluster``."""
+        done = subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.sweep.cluster", self.address,
+                               "--nodes", str(nodes), "--timeout", str(timeout_s)], env=self.env, capture_output=True,
+                              text=True, timeout=timeout_s + 60)
+        if done.returncode != 0:
+            logs = "\n".join(p.read_text()[-2000:] for p in sorted(self.temp.glob("start-*.log")))
+            raise RuntimeError(f"the Ray cluster did not come up with {nodes} node(s): {done.stderr}\n{logs}")
+        assert f"{nodes} node" in done.stdout and "token from $RAY_AUTH_TOKEN" in done.stdout
+        return done.stdout
 
     def leftovers(self) -> list[int]:
         """Processes (other than this one) whose command line names the cluster's temp dir or its groups."""

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -62,12 +65,34 @@ def _local_token() -> tuple[str | None, str]:
     return None, "nowhere"
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What the cluster answered: its GCS address, live nodes and their CPUs and GPUs (None via Ray Client)."""
+
+    target: str
+    nodes: int | None = None
+    cpus: float = 0.0
+    gpus: float = 0.0
+    auth: str = ""
+
+    def describe(self) -> str:
+        if self.nodes is None:
+            return f"ray client server {self.target} answers"
+        return (f"ray cluster {self.target}: {self.nodes} node{'s' if self.nodes != 1 else ''}, {self.cpus:g} CPUs, "
+                f"{self.gpus:g} GPUs ({self.auth})")
+
+
 def check_cluster(address: str, timeout_s: float = TIMEOUT_S) -> str:
     """One line describing the cluster at ``address`` (``auto``, ``host:port``, ``ray://host:port``).
 
     Raises:
         ClusterError: it does not answer, is not a Ray cluster, or refuses this driver's token (or its lack).
     """
+    return probe(address, timeout_s).describe()
+
+
+def probe(address: str, timeout_s: float = TIMEOUT_S) -> Probe:
+    """Ask the cluster at ``address`` for its live nodes, sending what ``ray.init`` would send (see the module)."""
     if address.startswith(("http://", "https://")):
         raise ClusterError(f"Ray address {address}: this is a dashboard (job submission) address; a driver "
                            "joins the cluster's GCS: host:6379, auto, or ray://host:10001")
@@ -94,11 +119,8 @@ def check_cluster(address: str, timeout_s: float = TIMEOUT_S) -> str:
         except grpc.RpcError as exc:
             raise ClusterError(_refusal(address, target, exc, token is not None, source)) from None
     alive = [n for n in reply.node_info_list if n.state == 0]  # GcsNodeInfo.ALIVE
-    cpus = sum(n.resources_total.get("CPU", 0.0) for n in alive)
-    gpus = sum(n.resources_total.get("GPU", 0.0) for n in alive)
-    auth = f"token from {source}" if token else "no token"
-    return (f"ray cluster {target}: {len(alive)} node{'s' if len(alive) != 1 else ''}, {cpus:g} CPUs, {gpus:g} GPUs "
-            f"({auth})")
+    return Probe(target, len(alive), sum(n.resources_total.get("CPU", 0.0) for n in alive),
+                 sum(n.resources_total.get("GPU", 0.0) for n in alive), f"token from {source}" if token else "no token")
 
 
 def _refusal(address: str, target: str, exc, sent: bool, source: str) -> str:
@@ -119,7 +141,7 @@ def _refusal(address: str, target: str, exc, sent: bool, source: str) -> str:
     return f"{where} does not answer as a Ray cluster's GCS ({code.name}: {details})"
 
 
-def _check_client(address: str, timeout_s: float) -> str:
+def _check_client(address: str, timeout_s: float) -> Probe:
     """A Ray Client address (``ray://host:port``): its server must accept a connection."""
     host, _, port = address[len("ray://"):].partition(":")
     try:
@@ -128,4 +150,48 @@ def _check_client(address: str, timeout_s: float) -> str:
     except (OSError, ValueError) as exc:
         raise ClusterError(f"Ray client server {address}: no answer ({exc}); is the cluster started with its "
                            "client server (port 10001 by default) and is the address right?") from None
-    return f"ray client server {address} answers"
+    return Probe(address)
+
+
+def wait_for_nodes(address: str, nodes: int, timeout_s: float) -> str:
+    """Wait until the cluster at ``address`` has ``nodes`` live nodes (a launcher's "are my nodes in?").
+
+    Raises:
+        ClusterError: not within ``timeout_s``, with the last thing the cluster said.
+    """
+    deadline, last = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            answer = probe(address, timeout_s=min(TIMEOUT_S, max(1.0, deadline - time.monotonic())))
+            last = answer.describe()
+            if answer.nodes is None or answer.nodes >= nodes:
+                return last
+        except ClusterError as exc:
+            if "token" in str(exc):  # waiting does not mend authentication
+                raise
+            last = str(exc)
+        if time.monotonic() >= deadline:
+            raise ClusterError(f"Ray cluster {address}: not {nodes} live nodes within {timeout_s:g} s; last: {last}")
+        time.sleep(2.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m monkeybarrel.orchestrator.sweep.cluster ADDRESS [--nodes N] [--timeout S]``: wait for the
+    cluster's nodes (Slurm and other launchers, instead of ``sleep``); exit 0 with its line, 2 with the error."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m monkeybarrel.orchestrator.sweep.cluster", description=main.__doc__)
+    parser.add_argument("address", help="the cluster's GCS address (host:6379) or auto")
+    parser.add_argument("--nodes", type=int, default=1, help="live nodes to wait for")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait at most")
+    args = parser.parse_args(argv)
+    try:
+        print(wait_for_nodes(args.address, args.nodes, args.timeout), flush=True)
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
