@@ -31,7 +31,7 @@ def write_sweep(path: Path) -> Path:
 
 def test_two_shards_at_once_write_one_directory_and_status_and_report_merge_them(tmp_path, capsys):
     sweep_file, out = write_sweep(tmp_path / "grid.yaml"), tmp_path / "shared-storage" / "grid"
-    env = {**os.environ, "SLURM_ARRAY_TASK_COUNT": "2", "MONKEYBARREL_SWEEP": str(sweep_file),
+    env = {**os.environ, "SLURM_ARRAY_TASK_COUNT": "2", "MONKEYBARREL_SWEEP": str(sweep_file), "SHARED": str(tmp_path),
            "MONKEYBARREL_SWEEP_OUT": str(out), "MONKEYBARREL_PYTHON": sys.executable}
     tasks = [subprocess.Popen(["bash", str(SCRIPT)], env={**env, "SLURM_ARRAY_TASK_ID": str(i)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in (1, 2)]
