@@ -26,7 +26,7 @@ import yaml
 
 ray = pytest.importorskip("ray")
 
-from conftest import tiny_config  # noqa: E402
+from conftest import REPO, tiny_config  # noqa: E402
 from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore  # noqa: E402
 from monkeybarrel.orchestrator.sweep.cluster import ClusterError, auth_token, check_cluster  # noqa: E402
 
@@ -237,3 +237,34 @@ def test_ray_job_submit_runs_the_sweep_on_both_nodes_and_the_driver_writes_the_s
     assert status["runs"][-1]["host"] == socket.gethostname()
     with mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": cluster.token}):
         assert "2 nodes" in check_cluster(cluster.address)  # the job's actors are gone; the cluster is as it was
+
+
+def test_waiting_for_nodes_that_never_come_ends_with_one_line(tmp_path):
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "monkeybarrel.orchestrator.sweep.cluster", f"127.0.0.1:{free_port()}",
+                           "--nodes", "2", "--timeout", "4"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and time.monotonic() - began < 30
+    assert done.stderr.startswith("error: Ray cluster") and "not 2 live nodes within 4 s" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_kuberay_example_runs_the_sweep_on_its_image_with_token_auth_and_shared_storage():
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "kuberay" / "rayjob.yaml").read_text()))
+    job, claim = docs
+    assert (job["kind"], claim["kind"]) == ("RayJob", "PersistentVolumeClaim")
+    assert job["spec"]["entrypoint"].split()[:2] == ["monkeybarrel", "sweep"]
+    assert "--ray-address auto" in job["spec"]["entrypoint"] and "--out /data/" in job["spec"]["entrypoint"]
+    cluster_spec = job["spec"]["rayClusterSpec"]
+    assert cluster_spec["authOptions"] == {"mode": "token"} and cluster_spec["rayVersion"].startswith("2.6")
+    pods = [cluster_spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"]
+                                                                  for g in cluster_spec["workerGroupSpecs"]]
+    assert len({c["image"] for pod in pods for c in pod["containers"]}) == 1  # one environment everywhere
+    for pod in pods:
+        assert any(v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"]
+                   for v in pod["volumes"])
+        assert all(any(m["mountPath"] == "/data" for m in c["volumeMounts"]) for c in pod["containers"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    dockerfile = (REPO / "deploy" / "kuberay" / "Dockerfile").read_text()
+    assert dockerfile.index("vllm>=0.26") < dockerfile.index("monkeybarrel[vllm,ray]")  # vLLM's torch kept
+    for script in ("sweep_array.sbatch", "ray_cluster.sbatch"):
+        assert subprocess.run(["bash", "-n", str(REPO / "deploy" / "slurm" / script)]).returncode == 0

@@ -72,3 +72,12 @@ def test_the_same_shard_twice_at_once_is_refused(tmp_path, capsys):
     assert "another monkeybarrel process is writing" in err and "sweep shard 1/2" in err
     assert main(["sweep", str(sweep_file), "--out", str(out), "--shard", "3/2"]) == 2
     assert "expected I/N with 1 <= I <= N" in capsys.readouterr().err
+
+
+def test_an_invalid_shard_creates_nothing(tmp_path, capsys):
+    sweep_file, out = write_sweep(tmp_path / "grid.yaml"), tmp_path / "new"
+    data = yaml.safe_load(sweep_file.read_text())
+    data["base"]["generators"][0]["model"] = str(tmp_path / "no-such-model")
+    sweep_file.write_text(yaml.safe_dump(data))
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--shard", "1/2", "--no-progress"]) == 2
+    assert "no-such-model" in capsys.readouterr().err and not out.exists()

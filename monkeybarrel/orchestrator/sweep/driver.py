@@ -49,7 +49,8 @@ from ..store.manifest import now
 from .accounting import gpu_seconds
 from .cluster import check_cluster, cluster_addresses
 from .lanes import LaneRunner
-from .manifest import claim, is_done, manifest_file, point_record, stamp, write_manifest, write_sweep_file
+from .manifest import (SHARDS, claim, is_done, manifest_file, point_record, stamp, write_manifest,
+                       write_sweep_file)
 from .placement import Devices, engine_gpus, find_devices, group_need
 from .points import ManifestJournal, Planned, run_group
 from .shards import ShardLock, split
@@ -320,7 +321,12 @@ def _print_plan(planned: list[Planned], records: dict[str, dict[str, Any]], sett
 
 
 def _remove_empty(directory: Path) -> None:
-    """Remove a directory this run created when it holds nothing but the lock file."""
+    """Remove a directory this run created when it holds nothing but lock files (its own, a shard's)."""
+    shards = directory / SHARDS
+    if shards.is_dir() and all(p.name.startswith(".lock") for p in shards.iterdir()):
+        for p in shards.iterdir():
+            p.unlink()
+        shards.rmdir()
     if directory.is_dir() and all(p.name == ".lock" for p in directory.iterdir()):
         for p in directory.iterdir():
             p.unlink()
