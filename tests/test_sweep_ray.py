@@ -1,4 +1,5 @@
-"""``sweep --ray-address``: a sweep's sampling on Ray actors (2 local CPU workers), stores written by the driver."""
+"""``sweep --ray-address``: a sweep's sampling on Ray actors (2 local CPU workers), stores written by the driver;
+GPU-seconds of workers holding (logical) GPUs, with the workers' start shared by the points they served."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from monkeybarrel.orchestrator.cli.main import main  # noqa: E402
 from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore  # noqa: E402
 from monkeybarrel.orchestrator.sweep.driver import on_ray, plan  # noqa: E402
 from monkeybarrel.orchestrator.sweep.spec import sweep_from_dict  # noqa: E402
+from monkeybarrel.orchestrator.sweep.status import sweep_status  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 2**20)
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 2**20)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
@@ -69,3 +71,38 @@ def test_a_sweep_on_two_local_ray_workers_starts_one_actor_pool_and_the_driver_w
         config = yaml.safe_load((out / record["name"] / "config.yaml").read_text())
         assert config["generators"][0]["backend"] == "ray"
         assert config["generators"][0]["options"]["address"] == local_ray
+
+
+def test_gpu_seconds_share_the_workers_start_instead_of_charging_the_first_point(local_ray, tmp_path, capsys):
+    """Ray workers holding a logical GPU each count GPUs x seconds alive, start included (as on real GPUs)."""
+    base = tiny_config(name="base", problems=2, samples=2, max_tokens=8)
+    sweep_file = tmp_path / "gpu.yaml"
+    sweep_file.write_text(yaml.safe_dump({"base": base, "axes": {"generators[0].temperature": [0.3, 0.6, 1.0]},
+                                          "ray": {"num_workers": 1, "num_gpus_per_worker": 1},
+                                          "retry": {"attempts": 1}}, sort_keys=False))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--ray-address", local_ray, "--no-progress"]) == 0
+    raw = {}
+    for record in json.loads((out / "sweep.json").read_text())["points"]:
+        run = json.loads((out / record["name"] / "manifest.json").read_text())["runs"][-1]["sampled"]["smol"]
+        raw[record["name"]] = run
+    first, *others = raw.values()
+    assert "workers_ready_s" in first and not any("workers_ready_s" in r for r in others)
+    assert first["gpu_s"] > 1.5 * max(r["gpu_s"] for r in others)  # the first point's stage holds the start
+    rows = {r["name"]: r for r in sweep_status(out)["points"]}
+    shares = {r["start_share_gpu_s"] for r in rows.values()}
+    assert len(shares) == 1 and shares.pop() > 0  # every point pays the same share of the one start
+    assert sum(r["gpu_s"] for r in rows.values()) == pytest.approx(sum(r["gpu_s"] for r in raw.values()), abs=0.01)
+    spread = max(r["gpu_s"] for r in rows.values()) - min(r["gpu_s"] for r in rows.values())
+    assert spread < first["gpu_s"] - max(r["gpu_s"] for r in others)  # order no longer decides the cost
+    engine = sweep_status(out)["engines"]["smollm2-135m-instruct (ray: embedded)"]
+    assert engine["starts"] == 1 and engine["shared_by"] == 3 and engine["start_gpu_s"] > 0
+    capsys.readouterr()
+    assert main(["sweep", "status", str(out)]) == 0
+    assert "GPU-s shared by its points" in capsys.readouterr().out
+    assert main(["sweep", "report", str(out), "--budget", "gpu_s"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert {p["point"]: p["gpu_s"] for p in report["tasks"][0]["points"]} == \
+        pytest.approx({name: row["gpu_s"] for name, row in rows.items()}, abs=0.01)
+    markdown = (out / "report.md").read_text()
+    assert "start GPU-s per point" in markdown and "equal share of its engines' start GPU-seconds" in markdown

@@ -3,6 +3,7 @@
 ::
 
     monkeybarrel sweep SWEEP.yaml [--out DIR] [--ray-address ADDR] [--dry-run]   # run or resume
+        [--gpus auto|N|0,1,..] [--shard I/N]                                     # engines side by side; Slurm arrays
     monkeybarrel sweep status DIR [--json]
     monkeybarrel sweep report DIR [--budget flops|tokens|samples|gpu_s]
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from rich.console import Console
@@ -42,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="run every generator through the ray backend on this cluster (`auto`, ray://head:10001)")
     run.add_argument("--attempts", type=int, default=None, help="tries per failing point (default: the file's retry)")
     run.add_argument("--retry-wait", type=float, default=None, help="seconds before the second try (doubles each try)")
+    run.add_argument("--gpus", default=None, metavar="auto|N|IDS",
+                     help="devices engines are placed on, each group of points in its own worker process: every "
+                          "visible GPU (auto, the default), the first N, or ids 0,1,2,3; without GPUs, N CPU slots")
+    run.add_argument("--shard", default=None, metavar="I/N",
+                     help="run shard I of N (1 <= I <= N; split by engine, so each shard starts each engine once); "
+                          "shards may share one --out on shared storage (Slurm: --array=1-N)")
     run.add_argument("--dry-run", action="store_true", help="validate every point and print the plan; run nothing")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     status = sub.add_parser("status", help="each point's state, candidates, errors, GPU-seconds, last error")
@@ -83,23 +92,38 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     from ..sweep.driver import run_sweep
+    from ..sweep.shards import parse_shard
     from ..sweep.spec import load_sweep
     from ..sweep.status import print_status, sweep_status
 
+    shard = parse_shard(args.shard) if args.shard is not None else None
     sweep = load_sweep(args.sweep)
     retry = sweep.spec.retry.model_copy(update={k: v for k, v in (("attempts", args.attempts),
                                                                  ("wait_s", args.retry_wait)) if v is not None})
     if retry.attempts < 1 or retry.wait_s < 0:
         raise ConfigError("--attempts must be >= 1 and --retry-wait >= 0")
     out = args.out or Path(os.environ.get("MONKEYBARREL_OUT", "runs")) / sweep.name
-    result = run_sweep(sweep, out, ray_address=args.ray_address, retry=retry, show_progress=not args.no_progress,
-                       dry_run=args.dry_run, echo=lambda line: console.print(line, highlight=False, markup=False))
+    def echo(line: str) -> None:  # whole lines, also in logs (Slurm, `ray job logs`)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _interrupted) if main_thread else None  # Slurm's time limit, scancel:
+    try:                                                                             # stop as on Ctrl-C, resumable
+        result = run_sweep(sweep, out, ray_address=args.ray_address, retry=retry, show_progress=not args.no_progress,
+                           dry_run=args.dry_run, echo=echo, gpus=args.gpus, shard=shard)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, before)
     if args.dry_run:
         return 0
     print_status(sweep_status(out), console)
     console.print(f"status: monkeybarrel sweep status {out}   report: monkeybarrel sweep report {out}",
                   highlight=False, markup=False)
     return 1 if result.states.get("failed") else 0
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _status(args: argparse.Namespace, console: Console) -> int:

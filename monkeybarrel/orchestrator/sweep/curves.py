@@ -13,7 +13,9 @@ Compute per problem at k samples (``PointCurves.budget``):
 * ``flops``: 2 x parameters x (mean prompt tokens + k x mean completion tokens), the forward-pass
   FLOPs proxy of Large Language Monkeys (prompt prefilled once per problem, as our engines do with
   n samples per prompt and prefix caching);
-* ``gpu_s``: k x GPU-seconds per sample (the sample stage's GPU-seconds over its samples).
+* ``gpu_s``: k x GPU-seconds per sample: the point's GPU-seconds over its samples, with engine starts
+  shared equally by the points each engine served (``accounting``; in a directory without
+  ``sweep.json``, the sample stage's own GPU-seconds).
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ def model_params(model: str, known: dict[str, float]) -> float:
 
 
 def read_point(directory: Path, name: str, state: str, overrides: dict[str, Any],
-               known_params: dict[str, float]) -> PointCurves | None:
-    """The curves of the store ``directory`` (None when it has no config yet)."""
+               known_params: dict[str, float], gpu_s: float | None = None) -> PointCurves | None:
+    """The curves of the store ``directory`` (None when it has no config yet); ``gpu_s``: the point's
+    GPU-seconds with engine starts shared (default: its sample stages' own)."""
     if not (directory / "config.yaml").is_file():
         return None
     config = ExperimentConfig.from_yaml(directory / "config.yaml")
@@ -113,7 +116,7 @@ def read_point(directory: Path, name: str, state: str, overrides: dict[str, Any]
                         task=fingerprint(task), task_label=_task_label(config), ks=np.zeros(0, dtype=np.int64))
     point.params = float(sum(model_params(m, known_params) for m in dict.fromkeys(models)))
     _read_counts(point, directory / "labels.parquet", [g.id for g in config.generators])
-    _read_costs(point, manifest, [g.id for g in config.generators])
+    _read_costs(point, manifest, [g.id for g in config.generators], gpu_s)
     n_max = int(point.n.max()) if point.n.size else 0
     point.ks = np.asarray(metrics.get("ks") or default_ks(n_max), dtype=np.int64)
     _read_metrics(point, metrics)
@@ -166,7 +169,7 @@ def _codes(column: pa.ChunkedArray) -> pa.DictionaryArray:
         if column.num_chunks else pa.array([], pa.string()).dictionary_encode()
 
 
-def _read_costs(point: PointCurves, manifest: dict[str, Any], generators: list[str]) -> None:
+def _read_costs(point: PointCurves, manifest: dict[str, Any], generators: list[str], shared_gpu_s: float | None) -> None:
     costs = manifest.get("costs", {}).get("generators", {})
     rows = [costs[g] for g in generators if g in costs]
     candidates = sum(r.get("candidates", 0) for r in rows)
@@ -176,8 +179,9 @@ def _read_costs(point: PointCurves, manifest: dict[str, Any], generators: list[s
         point.completion_tokens = sum(r.get("completion_tokens", 0) for r in rows) / candidates or float("nan")
         gpu = gpu_summary(manifest.get("runs", []))
         seconds = [gpu[g] for g in generators if g in gpu]
-        if seconds and sum(seconds) > 0:
-            point.gpu_s_per_sample = sum(seconds) / candidates
+        total = shared_gpu_s if shared_gpu_s is not None else sum(seconds)
+        if seconds and total > 0:
+            point.gpu_s_per_sample = total / candidates
 
 
 def _read_metrics(point: PointCurves, metrics: dict[str, Any]) -> None:

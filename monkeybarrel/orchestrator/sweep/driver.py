@@ -2,66 +2,59 @@
 
 Order of work (``run_sweep``):
 
-1. the sweep directory is locked (one driver at a time) and claimed (``manifest.claim``: another
-   sweep's directory is refused);
-2. every point that still has work is validated before anything is sampled: its data, plug-ins,
+1. every Ray cluster a point samples on is asked whether it answers and lets this driver in
+   (``cluster.check_cluster``: one line, exit 2, when it does not); under ``--shard I/N`` only this
+   shard's points are kept (``shards.split``: by engine group);
+2. the sweep directory is locked (one driver at a time; one per shard) and claimed
+   (``manifest.claim``: another sweep's directory is refused);
+3. every point that still has work is validated before anything is sampled: its data, plug-ins,
    models and servers (``stages.preflight``) and its stored results (a stored point whose config
    changed in a result-changing key); all problems are reported together (``ConfigError``, exit 2);
-3. points are grouped by the engines they need (backend, model and engine options, as
-   ``Sampler.key_for`` says) and each group runs inside one ``shared_engines()`` block, so a model's
-   engine starts once for all its points; blocks are closed between groups (one model's GPU memory
-   at a time);
-4. each point runs ``run_experiment`` (resumable to the sample), retried with exponential waits
-   (tenacity) when it fails; the engines of a failed try are closed so the next try starts fresh;
-   a point whose every try fails is recorded ``failed`` with its error and the sweep goes on;
-5. Ctrl-C stops at once: finished candidates are in the stores, the point goes back to
+4. points are grouped by the engines they need (backend, model and engine options, as
+   ``Sampler.key_for`` says). With one device (or under ``--ray-address``) each group runs in this
+   process inside one ``shared_engines()`` block, so a model's engine starts once for all its
+   points, and blocks are closed between groups (one model's GPU memory at a time). With several
+   devices (``--gpus``) groups run side by side in lanes, worker processes on their own GPUs
+   (``lanes.py``, placed by ``placement.py``);
+5. each point runs ``run_experiment`` (resumable to the sample), retried with exponential waits
+   when it fails (``points.run_point``); a point whose every try fails is recorded ``failed`` and
+   the sweep goes on;
+6. Ctrl-C stops at once: finished candidates are in the stores, the point goes back to
    ``pending``, the engines close, ``KeyboardInterrupt`` propagates (the CLI exits 130).
 
-``sweep.json`` is rewritten at every state change, with the engines started per model.
+The manifest (``sweep.json``, or ``shards/I-of-N.json``) is rewritten at every state change, with
+the engines started per model and, at the end, each point's GPU-seconds with engine starts shared
+(``accounting.py``).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import traceback
 from collections import Counter
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
-
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ...core.config import ConfigError, ExperimentConfig, GeneratorSpec, fingerprint
 from ...core.files import TaskDataError
 from ...core.plugins import build_plugin
 from ...core.registry import UnknownNameError
 from ...samplers.base import SAMPLERS
-from ...samplers.engine_pool import EnginePool, shared_engines
-from ..runner import run_experiment, stored_conflicts
+from ..runner import stored_conflicts
 from ..stages.preflight import preflight
 from ..store.config_guard import ConfigConflictError
-from ..store.lock import RunLock, StoreLockedError
+from ..store.lock import RunLock
 from ..store.manifest import now
-from .manifest import claim, config_hash, count_starts, is_done, point_record, write_manifest, write_sweep_file
+from .accounting import gpu_seconds
+from .cluster import check_cluster, cluster_addresses
+from .lanes import LaneRunner
+from .manifest import (SHARDS, claim, is_done, manifest_file, point_record, stamp, write_manifest,
+                       write_sweep_file)
+from .placement import Devices, engine_gpus, find_devices, group_need
+from .points import ManifestJournal, Planned, run_group
+from .shards import ShardLock, split
 from .spec import Point, RetrySpec, Sweep, describe
-
-FINAL_ERRORS = (ConfigError, ConfigConflictError, TaskDataError, UnknownNameError, StoreLockedError)
-"""Failures a retry cannot fix: bad config or data, a store of another config, a store another process writes."""
-
-
-@dataclass
-class Planned:
-    """A point with the config it runs with and the engines it needs."""
-
-    point: Point
-    config: ExperimentConfig
-    """``point.config``, its generators wrapped into ``backend: ray`` under ``--ray-address``."""
-    engines: dict[str, str] = field(default_factory=dict)
-    """Engine key (as the engine pool counts it) -> readable label (``model (backend)``)."""
-    group: tuple[str, ...] = ()
-    """Points with equal groups run in one ``shared_engines()`` block."""
 
 
 @dataclass
@@ -105,9 +98,11 @@ def plan(sweep: Sweep, ray_address: str | None = None) -> list[Planned]:
             for index, spec in enumerate(config.generators):
                 sampler = build_plugin(SAMPLERS, spec.backend, f"generators[{index}]", spec=spec, **spec.options)
                 try:
-                    key = sampler.engine_key()
-                    item.engines[str(key)] = engine_label(spec)
-                    shares.append(str(key))
+                    key = str(sampler.engine_key())
+                    item.engines[key] = engine_label(spec)
+                    item.needs[key] = engine_gpus(spec)
+                    item.generator_engines[spec.id] = key  # a label once labels are told apart
+                    shares.append(key)
                 finally:
                     sampler.close()
         except ConfigError as exc:
@@ -138,6 +133,7 @@ def _disambiguate(planned: list[Planned]) -> None:
     for item in planned:
         item.engines = {key: label if len(keys_of[label]) == 1 else f"{label} #{fingerprint(key)[:4]}"
                         for key, label in item.engines.items()}
+        item.generator_engines = {gid: item.engines[key] for gid, key in item.generator_engines.items()}
 
 
 def validate(planned: list[Planned], directory: Path, where: str) -> dict[str, int]:
@@ -175,175 +171,162 @@ def _invalid(where: Any, errors: list[str]) -> str:
     return f"{where}: {len(errors)} point(s) are invalid; nothing was run:\n  " + "\n  ".join(errors)
 
 
-class _Engines:
-    """The open ``shared_engines()`` block of a group; closed and reopened after a failed try."""
+@dataclass
+class Setting:
+    """How a run is spread: the devices it places engines on, and the shard of the sweep it runs."""
 
-    def __init__(self, on_close: Callable[[EnginePool], None]) -> None:
-        self._stack: ExitStack | None = None
-        self._on_close = on_close
-        self.pool: EnginePool | None = None
+    devices: Devices
+    shard: tuple[int, int] | None = None
 
-    def open(self) -> None:
-        if self.pool is None:
-            self._stack = ExitStack()
-            self.pool = self._stack.enter_context(shared_engines())
-
-    def close(self) -> None:
-        if self.pool is not None:
-            pool, stack, self.pool, self._stack = self.pool, self._stack, None, None
-            try:
-                stack.close()
-            finally:
-                self._on_close(pool)
+    @property
+    def lanes(self) -> bool:
+        """Engine groups run side by side in worker processes (several devices)."""
+        return len(self.devices.ids) > 1
 
 
 def run_sweep(sweep: Sweep, directory: str | Path, *, ray_address: str | None = None,
               retry: RetrySpec | None = None, show_progress: bool = True, dry_run: bool = False,
-              echo: Callable[[str], None] = print) -> SweepResult:
+              echo: Callable[[str], None] = print, gpus: str | None = None,
+              shard: tuple[int, int] | None = None) -> SweepResult:
     """Run (or resume) ``sweep`` into ``directory``; see the module docstring.
 
+    Args:
+        gpus: ``--gpus`` (``auto``: every visible GPU; a count; ids ``0,1``; N CPU slots where no GPU is
+            visible). Ignored under ``ray_address`` (Ray places the engines).
+        shard: ``(I, N)``: run only shard I of N (``--shard``), writing ``DIR/shards/I-of-N.json``.
+
     Returns:
-        The points' states after the run and the engine starts of this run (label -> count).
+        The points' states after the run (this shard's, under ``shard``) and the engine starts of this run.
 
     Raises:
-        ConfigError: a point is invalid (nothing ran). ForeignSweepError: the directory holds another
-        sweep. StoreLockedError: another driver runs this directory. KeyboardInterrupt: Ctrl-C
-        (everything finished is stored; the next run resumes).
+        ConfigError: a point is invalid, a cluster does not answer (nothing ran). ForeignSweepError: the
+        directory holds another sweep. StoreLockedError: another driver runs this directory (or shard).
+        KeyboardInterrupt: Ctrl-C (everything finished is stored; the next run resumes).
     """
     directory = Path(directory)
     retry = retry or sweep.spec.retry
     where = str(sweep.source or sweep.name)
+    if ray_address and gpus not in (None, "auto"):
+        raise ConfigError(f"--gpus {gpus} places engines on this machine's GPUs; with --ray-address Ray places "
+                          "them (the ray backend's num_workers, num_gpus_per_worker)")
     planned = plan(sweep, ray_address)
+    for address in cluster_addresses(item.config for item in planned):
+        echo(check_cluster(address))
+    setting = Setting(Devices(("0",), gpu=False) if ray_address else find_devices(gpus), shard)
+    mine = split(planned, shard[1])[shard[0] - 1] if shard else planned
+    _check_needs(mine, setting, where)
+    file = manifest_file(shard)
     created = not directory.exists()
-    with RunLock(directory, "sweep"):
+    with ShardLock(directory, shard) if shard else RunLock(directory, "sweep"):
         try:
-            manifest = claim(directory, sweep)
-            records = {item.point.id: point_record(manifest, item.point.id) for item in planned}
-            todo = [item for item in planned if not is_done(records[item.point.id], item.point)]
+            manifest = claim(directory, sweep, file)
+            records = {item.point.id: point_record(manifest, item.point.id) for item in mine}
+            todo = [item for item in mine if not is_done(records[item.point.id], item.point)]
             expected = validate(todo, directory, where)
         except Exception:
             if created:
                 _remove_empty(directory)
             raise
         if dry_run:
-            _print_plan(planned, records, echo)
+            _print_plan(mine, records, setting, echo)
             if created:
                 _remove_empty(directory)
             return SweepResult(directory, Counter(r["state"] for r in records.values()), {})
         for item in todo:
-            records[item.point.id]["expected_candidates"] = expected[item.point.id]
-            records[item.point.id]["engines"] = sorted(set(item.engines.values()))
-            if records[item.point.id]["state"] == "done":  # done with another config: runs again
-                records[item.point.id]["state"] = "pending"
+            record = records[item.point.id]
+            record.update(expected_candidates=expected[item.point.id], engines=sorted(set(item.engines.values())),
+                          generator_engines=item.generator_engines, updated=stamp())
+            if shard:
+                record["shard"] = f"{shard[0]}/{shard[1]}"
+            if record["state"] == "done":  # done with another config: runs again
+                record["state"] = "pending"
+        if shard:
+            manifest["shard"] = {"index": shard[0], "count": shard[1], "points": [i.point.name for i in mine]}
         write_sweep_file(directory, sweep)
         run = {"started": now(), "pid": os.getpid(), "host": socket.gethostname(), "ray_address": ray_address,
-               "points": len(todo), "engine_starts": {}}
+               "points": len(todo), "engine_starts": {}, "shard": f"{shard[0]}/{shard[1]}" if shard else None,
+               "devices": setting.devices.describe() if setting.lanes else None}
         manifest["runs"].append(run)
-        write_manifest(directory, manifest)
-        echo(f"sweep {sweep.name}: {len(planned)} points, {len(planned) - len(todo)} done, {len(todo)} to run "
-             f"-> {directory}")
+        write_manifest(directory, manifest, file)
+        part = f" (shard {shard[0]}/{shard[1]}: {len(mine)} of {len(planned)} points)" if shard else ""
+        echo(f"sweep {sweep.name}{part}: {len(mine)} points, {len(mine) - len(todo)} done, {len(todo)} to run -> "
+             f"{directory}" + (f" on {setting.devices.describe()}" if setting.lanes and todo else ""))
+        journal = ManifestJournal(directory, manifest, run, file, echo)
         try:
-            _run_groups(todo, directory, manifest, run, retry, show_progress, echo)
+            if setting.lanes:
+                LaneRunner(todo, records, directory, journal, setting.devices, retry, _label).run()
+            else:
+                _run_groups(todo, records, directory, journal, retry, show_progress)
             run["outcome"] = "completed"
         except KeyboardInterrupt:
             run["outcome"] = "interrupted"
             raise
         finally:
             run["finished"] = now()
-            write_manifest(directory, manifest)
-        states = Counter(point_record(manifest, item.point.id)["state"] for item in planned)
+            manifest["gpu_seconds"] = gpu_seconds(directory, manifest["points"])
+            write_manifest(directory, manifest, file)
+        states = Counter(point_record(manifest, item.point.id)["state"] for item in mine)
         return SweepResult(directory, states, dict(run["engine_starts"]))
 
 
-def _run_groups(todo: list[Planned], directory: Path, manifest: dict[str, Any], run: dict[str, Any],
-                retry: RetrySpec, show_progress: bool, echo: Callable[[str], None]) -> None:
+def _check_needs(planned: list[Planned], setting: Setting, where: str) -> None:
+    """Every point's engines fit the devices (a vLLM engine of tensor_parallel_size 4 needs 4 GPUs)."""
+    if not setting.lanes:
+        return
+    count = len(setting.devices.ids)
+    errors = [_point_error(item.point, ConfigError(f"its engines need {group_need(item.needs, count)} GPUs "
+                                                   f"(tensor_parallel_size x pipeline_parallel_size); "
+                                                   f"--gpus gives {count}"))
+              for item in planned if group_need(item.needs, count) > count]
+    if errors:
+        raise ConfigError(_invalid(where, errors))
+
+
+def _label(item: Planned) -> str:
+    return f"{item.point.name}  ({', '.join(sorted(set(item.engines.values())))})"
+
+
+def _run_groups(todo: list[Planned], records: dict[str, dict[str, Any]], directory: Path, journal: ManifestJournal,
+                retry: RetrySpec, show_progress: bool) -> None:
+    """One group after another in this process, each in one ``shared_engines()`` block."""
     groups: dict[tuple[str, ...], list[Planned]] = {}
     for item in todo:
         groups.setdefault(item.group, []).append(item)
     position = 0
     for items in groups.values():
-        labels = {key: label for item in items for key, label in item.engines.items()}
-        served: dict[str, list[str]] = {}
+        queue = iter(items)
 
-        def closed(pool: EnginePool) -> None:
-            starts = Counter({labels.get(key, "unshared engine"): n for key, n in pool.starts.items()})
-            count_starts(manifest, run, dict(starts), served)
-            write_manifest(directory, manifest)
+        def next_item() -> tuple[Planned, dict[str, Any]] | None:
+            item = next(queue, None)
+            return None if item is None else (item, records[item.point.id])
 
-        engines = _Engines(closed)
-        try:
-            for item in items:
-                position += 1
-                for label in item.engines.values():
-                    served.setdefault(label, []).append(item.point.name)
-                echo(f"[{position}/{len(todo)}] {item.point.name}  ({', '.join(sorted(set(item.engines.values())))})")
-                _run_point(item, directory, manifest, engines, retry, show_progress, echo)
-        finally:
-            engines.close()
+        def announce(item: Planned) -> str:
+            nonlocal position
+            position += 1
+            return f"[{position}/{len(todo)}] {_label(item)}"
+
+        run_group(next_item, directory, journal, retry, show_progress, announce)
 
 
-def _run_point(item: Planned, directory: Path, manifest: dict[str, Any], engines: _Engines, retry: RetrySpec,
-               show_progress: bool, echo: Callable[[str], None]) -> None:
-    record = point_record(manifest, item.point.id)
-    record.update(state="running", started=now(), finished=None, host=socket.gethostname(), pid=os.getpid(), tries=0)
-    write_manifest(directory, manifest)
-
-    def before_sleep(state: RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome else None
-        record.update(error=one_line(error), traceback=_traceback(error))
-        engines.close()  # the next try starts its engines afresh
-        write_manifest(directory, manifest)
-        echo(f"  try {state.attempt_number} of {retry.attempts} failed: {one_line(error)}; "
-             f"trying again in {state.upcoming_sleep:.0f} s")
-
-    retrying = Retrying(stop=stop_after_attempt(retry.attempts),
-                        wait=wait_exponential(multiplier=retry.wait_s, max=retry.max_wait_s),
-                        retry=retry_if_exception(lambda e: isinstance(e, Exception) and not isinstance(e, FINAL_ERRORS)),
-                        before_sleep=before_sleep, reraise=True)
-    try:
-        for attempt in retrying:
-            with attempt:
-                record["tries"] = attempt.retry_state.attempt_number
-                record["attempts"] = record.get("attempts", 0) + 1
-                engines.open()
-                run_experiment(item.config, directory / record["name"], show_progress=show_progress)
-    except KeyboardInterrupt:
-        record.update(state="pending", finished=now())
-        raise
-    except Exception as exc:
-        record.update(state="failed", finished=now(), error=one_line(exc), traceback=_traceback(exc))
-        engines.close()
-        echo(f"  failed after {record['tries']} tr{'y' if record['tries'] == 1 else 'ies'}: {one_line(exc)}")
-    else:
-        record.update(state="done", finished=now(), config_hash=config_hash(item.point))
-        if record["tries"] == 1:
-            record.update(error=None, traceback=None)
-    finally:
-        write_manifest(directory, manifest)
-
-
-def one_line(exc: BaseException | None) -> str | None:
-    """``Type: first line of the message``."""
-    if exc is None:
-        return None
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _traceback(exc: BaseException | None) -> str | None:
-    return None if exc is None else "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
-
-
-def _print_plan(planned: list[Planned], records: dict[str, dict[str, Any]], echo: Callable[[str], None]) -> None:
+def _print_plan(planned: list[Planned], records: dict[str, dict[str, Any]], setting: Setting,
+                echo: Callable[[str], None]) -> None:
+    count = len(setting.devices.ids)
     for item in planned:
         record = records[item.point.id]
         state = "done" if is_done(record, item.point) else record["state"]
-        echo(f"{record['name']}  {item.point.id[:8]}  {state}  {', '.join(sorted(set(item.engines.values())))}")
-    echo(f"# ok: {len(planned)} points; every point validates")
+        need = f"  needs {group_need(item.needs, count)} of {setting.devices.describe()}" if setting.lanes else ""
+        echo(f"{record['name']}  {item.point.id[:8]}  {state}  {', '.join(sorted(set(item.engines.values())))}{need}")
+    shard = f" (shard {setting.shard[0]}/{setting.shard[1]})" if setting.shard else ""
+    echo(f"# ok: {len(planned)} points{shard}; every point validates")
 
 
 def _remove_empty(directory: Path) -> None:
-    """Remove a directory this run created when it holds nothing but the lock file."""
+    """Remove a directory this run created when it holds nothing but lock files (its own, a shard's)."""
+    shards = directory / SHARDS
+    if shards.is_dir() and all(p.name.startswith(".lock") for p in shards.iterdir()):
+        for p in shards.iterdir():
+            p.unlink()
+        shards.rmdir()
     if directory.is_dir() and all(p.name == ".lock" for p in directory.iterdir()):
         for p in directory.iterdir():
             p.unlink()

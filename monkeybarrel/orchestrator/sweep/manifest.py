@@ -16,11 +16,17 @@ Layout::
 
 States: ``pending`` (not run, interrupted, or its config changed since it was done), ``running``,
 ``done``, ``failed`` (every try of the last run failed; ``error`` is the last one).
+
+Shards (``sweep --shard I/N``, e.g. Slurm array tasks on shared storage) each write their own file,
+``DIR/shards/I-of-N.json``, in the same layout, and never ``sweep.json``: no driver overwrites
+another's file. :func:`read_manifest` reads them all as one: each point's most recently updated
+record (``updated``, microseconds), engine starts summed, runs together.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,9 @@ from ..store.manifest import now
 from .spec import Point, Sweep
 
 MANIFEST = "sweep.json"
-SWEEP_FILES = (MANIFEST, "sweep.yaml", LOCK_NAME, "report.md", "report.html", "report.png", "report.json")
+SHARDS = "shards"
+"""``DIR/shards/``: the manifests (``I-of-N.json``) and locks of ``--shard`` drivers."""
+SWEEP_FILES = (MANIFEST, SHARDS, "sweep.yaml", LOCK_NAME, "report.md", "report.html", "report.png", "report.json")
 """Top-level files a sweep directory holds besides its points' stores."""
 STATES = ("pending", "running", "done", "failed")
 
@@ -44,9 +52,61 @@ class ForeignSweepError(StoreError):
     """The directory holds another sweep's points (or is not a sweep directory)."""
 
 
+def manifest_file(shard: tuple[int, int] | None = None) -> str:
+    """The file a driver writes, relative to the sweep directory: ``sweep.json``, or ``shards/I-of-N.json``."""
+    return MANIFEST if shard is None else f"{SHARDS}/{shard[0]}-of-{shard[1]}.json"
+
+
 def read_manifest(directory: str | Path) -> dict[str, Any]:
-    """``DIR/sweep.json`` as a dict ({} when there is none)."""
-    path = Path(directory) / MANIFEST
+    """The sweep's manifest ({} when there is none): ``DIR/sweep.json`` merged with every shard's file."""
+    directory = Path(directory)
+    shards = sorted((directory / SHARDS).glob("*.json")) if (directory / SHARDS).is_dir() else []
+    parts = [m for m in (read_file(directory, MANIFEST), *(read_file(directory, f"{SHARDS}/{p.name}") for p in shards))
+             if m]
+    return parts[0] if len(parts) == 1 else merge(parts) if parts else {}
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several drivers' manifests as one: the points of the most recently claimed, each point's most recently
+    updated record (points only another file holds, when they ever ran), engine starts summed, runs by start."""
+    latest = max(parts, key=lambda m: str(m.get("claimed", "")))
+    wanted = {r["id"] for r in latest["points"]}
+    records: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for record in part["points"]:
+            if not isinstance(record, dict) or "id" not in record:
+                continue
+            if record["id"] not in wanted and record.get("state", "pending") == "pending":
+                continue  # a point dropped from the sweep before it ever ran
+            held = records.get(record["id"])
+            if held is None or _rank(record) > _rank(held):
+                records[record["id"]] = record
+    engines: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for label, info in part.get("engines", {}).items():
+            total = engines.setdefault(label, {"starts": 0, "points": []})
+            total["starts"] += info.get("starts", 0)
+            total["points"] = sorted(set(total["points"]) | set(info.get("points", [])))
+    runs = sorted((run for part in parts for run in part.get("runs", [])), key=lambda r: str(r.get("started", "")))
+    return {"format": 1, "name": latest.get("name"), "source": latest.get("source"),
+            "created": min(str(p.get("created", "")) for p in parts), "claimed": latest.get("claimed"),
+            "updated": max(str(p.get("updated", "")) for p in parts),
+            "points": sorted(records.values(), key=lambda r: r.get("index", 0)), "engines": engines, "runs": runs}
+
+
+def _rank(record: dict[str, Any]) -> tuple[str, int]:
+    return str(record.get("updated") or ""), STATES.index(record.get("state", "pending")) \
+        if record.get("state") in STATES else -1
+
+
+def stamp() -> str:
+    """Now, in microseconds: orders the updates of one point's record made by several drivers."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def read_file(directory: str | Path, file: str = MANIFEST) -> dict[str, Any]:
+    """One driver's manifest file (``sweep.json`` or a shard's) as a dict ({} when there is none)."""
+    path = Path(directory) / file
     if not path.is_file():
         return {}
     try:
@@ -58,9 +118,10 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return data
 
 
-def write_manifest(directory: str | Path, manifest: dict[str, Any]) -> None:
+def write_manifest(directory: str | Path, manifest: dict[str, Any], file: str = MANIFEST) -> None:
+    """Write this driver's manifest file (atomically: a reader never sees half of it)."""
     manifest["updated"] = now()
-    atomic_write_bytes(Path(directory) / MANIFEST, json.dumps(manifest, indent=2, default=str).encode())
+    atomic_write_bytes(Path(directory) / file, json.dumps(manifest, indent=2, default=str).encode())
 
 
 def write_sweep_file(directory: str | Path, sweep: Sweep) -> None:
@@ -73,8 +134,9 @@ def config_hash(point: Point) -> str:
     return fingerprint(point.config.to_dict())
 
 
-def claim(directory: str | Path, sweep: Sweep) -> dict[str, Any]:
-    """The manifest for running ``sweep`` in ``directory``: the stored one merged with the sweep's points.
+def claim(directory: str | Path, sweep: Sweep, file: str = MANIFEST) -> dict[str, Any]:
+    """The manifest for running ``sweep`` in ``directory`` as ``file`` (``sweep.json`` or a shard's): the stored
+    points (of every driver) merged with the sweep's; the engine starts and runs of ``file`` alone.
 
     Raises:
         ForeignSweepError: the directory is not empty and not a sweep directory, or it holds started
@@ -82,8 +144,9 @@ def claim(directory: str | Path, sweep: Sweep) -> dict[str, Any]:
     """
     directory = Path(directory)
     old = read_manifest(directory)
+    own = read_file(directory, file)
     if not old and directory.is_dir():
-        strays = sorted(p.name for p in directory.iterdir() if p.name != LOCK_NAME)
+        strays = sorted(p.name for p in directory.iterdir() if p.name not in (LOCK_NAME, SHARDS))
         if strays:
             raise ForeignSweepError(f"{directory}: not a sweep directory (no {MANIFEST}; holds {strays[:5]}); "
                                     "give an empty or new directory with --out")
@@ -107,8 +170,8 @@ def claim(directory: str | Path, sweep: Sweep) -> dict[str, Any]:
         taken.add(record["name"])
         points.append(record)
     return {"format": 1, "name": sweep.name, "source": str(sweep.source) if sweep.source else None,
-            "created": old.get("created", now()), "points": points, "engines": old.get("engines", {}),
-            "runs": old.get("runs", [])}
+            "created": old.get("created", now()), "claimed": stamp(), "points": points,
+            "engines": own.get("engines", {}), "runs": own.get("runs", [])}
 
 
 def _started(path: Path) -> bool:

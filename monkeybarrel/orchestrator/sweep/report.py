@@ -27,6 +27,7 @@ from ...core.files import atomic_write_bytes
 from ..report.markdown import pct
 from ..stages.evaluate import to_json
 from ..store.experiment_store import StoreError
+from .accounting import gpu_seconds, with_starts
 from .curves import BUDGET_NAMES, BUDGETS, PointCurves, add_coverage, read_point
 from .frontier import best_at, budget_grid, pareto
 from .manifest import MANIFEST, read_manifest
@@ -51,14 +52,16 @@ def collect(directory: Path) -> tuple[str, list[PointCurves], dict[str, Any], li
     if not records:
         raise StoreError(f"{directory}: no sweep here (no {MANIFEST} and no experiment stores in it)")
     points, missing = [], []
+    shared = gpu_seconds(directory, records)
+    engines = with_starts(manifest.get("engines", {}), shared)
     for record in records:
         point = read_point(directory / record["name"], record["name"], record.get("state", "pending"),
-                           record.get("overrides", {}), known)
+                           record.get("overrides", {}), known, shared["points"].get(record["name"], {}).get("gpu_s"))
         if point is None or not point.ks.size:
             missing.append({"name": record["name"], "state": record.get("state", "pending")})
         else:
             points.append(point)
-    return manifest.get("name") or directory.name, points, manifest.get("engines", {}), missing, known
+    return manifest.get("name") or directory.name, points, engines, missing, known
 
 
 def build_report(directory: str | Path, budget: str | None = None) -> dict[str, Any]:
@@ -191,8 +194,11 @@ def _tables(report: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
                     ["point", "model", "state", "samples/problem", "gen. tokens/problem", "GPU-s",
                      *[f"{_metric_name(m)} %" for m in metrics]], rows))
     if report["engines"]:
-        out.append(("##", "Engines", ["engine", "starts", "points served"],
-                    [[label, str(info.get("starts", 0)), str(len(info.get("points", [])))]
+        out.append(("##", "Engines", ["engine", "starts", "points served", "start s", "start GPU-s",
+                                      "start GPU-s per point"],
+                    [[label, str(info.get("starts", 0)), str(len(info.get("points", []))), _num(info.get("start_s")),
+                      _num(info.get("start_gpu_s")),
+                      _num(info["start_gpu_s"] / info["shared_by"] if info.get("shared_by") else None)]
                      for label, info in report["engines"].items()]))
     return out
 
@@ -239,6 +245,10 @@ def _intro(report: dict[str, Any]) -> list[str]:
                      f"(Large Language Monkeys' forward-pass count, prompt prefilled once); parameters: {sizes}"
                      + (" (from the sweep's `model_params`" + ", the rest from the model names)"
                         if report["params_given"] else " (from the model names)") + ".")
+    if report["budget"] == "gpu_s":
+        lines.append("GPU-seconds per point: its own generation GPU-seconds plus an equal share of its engines' "
+                     "start GPU-seconds (every start of an engine, shared by the points it served; Engines table), "
+                     "so identical points cost the same whichever ran first.")
     lines.append("Brackets: 95% percentile bootstrap interval over problems (coverage at every k, resampled once "
                  "for all points of a task; majority@k at every k and each selector at all samples from the "
                  "point's metrics.json; a selector's accuracy below all samples is the mean of refits on "

@@ -2,8 +2,9 @@
 
 Read-only and cheap at any size: candidate counts come from the Parquet footers of the point's
 chunks, errors from the ``finish_reason`` column alone, GPU-seconds from the point's manifest (its
-runs' sample stages). A point recorded ``running`` whose driver (pid on this host) is gone is shown
-``pending``: it was killed and resumes on the next run.
+runs' sample stages, with engine starts shared by the points each engine served: ``accounting``).
+A point recorded ``running`` whose driver (pid on this host) is gone is shown ``pending``: it was
+killed and resumes on the next run. Shards' manifests are read together with ``sweep.json``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from ..stages.sample import gpu_summary
 from ..store.experiment_store import ExperimentStore, StoreError
+from .accounting import gpu_seconds, with_starts
 from .manifest import MANIFEST, read_manifest
 
 
@@ -45,11 +47,15 @@ def sweep_status(directory: str | Path) -> dict[str, Any]:
                      "tries": record.get("tries", 0), "attempts": record.get("attempts", 0),
                      "error": record.get("error"), "overrides": record.get("overrides", {}),
                      "engines": record.get("engines", [])})
+    shared = gpu_seconds(directory, manifest["points"])
+    for row in rows:  # engine starts shared, not carried by the first point an engine served
+        row.update(shared["points"].get(row["name"], {}))
     states: dict[str, int] = {}
     for row in rows:
         states[row["state"]] = states.get(row["state"], 0) + 1
+    engines = with_starts(manifest.get("engines", {}), shared)
     return {"directory": str(directory), "name": manifest.get("name"), "points": rows, "states": states,
-            "engines": manifest.get("engines", {}), "runs": len(manifest.get("runs", []))}
+            "engines": engines, "runs": len(manifest.get("runs", []))}
 
 
 def _alive(record: dict[str, Any]) -> bool:
@@ -115,5 +121,7 @@ def print_status(status: dict[str, Any], console: Console) -> None:
     engines = status.get("engines", {})
     for label, info in engines.items():
         points = len(info.get("points", []))
+        start = f" (starts {info['start_s']:g} s, {info['start_gpu_s']:g} GPU-s shared by its points)" \
+            if info.get("start_gpu_s") else ""
         console.print(f"engine {label}: {info['starts']} start{'s' if info['starts'] != 1 else ''} "
-                      f"for {points} point{'s' if points != 1 else ''}", highlight=False, markup=False)
+                      f"for {points} point{'s' if points != 1 else ''}{start}", highlight=False, markup=False)
