@@ -177,6 +177,9 @@ def main() -> None:
                 print(f"{preset} {name} failed (exit {proc.returncode})", flush=True)
                 continue
             results[name] = json.loads(line[len("RESULT "):]) | {"args": engine["args"]}
+            if args.out:  # after every engine, so a cut-off run keeps what it measured
+                report["presets"][preset] = {"engines": results, "table": [], "no_sharing_ratio": None}
+                Path(args.out).write_text(json.dumps(report, indent=1))
         rows = []
         for job in jobs:
             engine = "vllm" if choices[job][0] == "vllm" else f"auto-{choices[job][0]}"
