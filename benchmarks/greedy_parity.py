@@ -1,8 +1,9 @@
 """Greedy tokens of a real model through our attention: FP8 against bf16 KV, tensor parallel 2 against 1 (#31, #32).
 
 The model is the embedded SmolLM2-135M-Instruct (its GGUF, converted once by ``core.models.resolve_model``).
-Prompts: ``--prompts`` GSM8K questions behind a shared 4-shot header (so decode steps run the kernel's
-shared-prefix path), 4 greedy samples each (one group of 4 per prompt), ``--max-tokens`` new tokens,
+Prompts: ``--prompts`` GSM8K questions behind one shared 4-shot header (so decode steps run the kernel's
+shared-prefix path: every sequence's header blocks are one group), one greedy sample each (vLLM refuses
+greedy n > 1), ``--max-tokens`` new tokens,
 ``attention: monkeybarrel`` forced, ``dtype`` bfloat16.
 
 - ``--mode fp8``: ``kv_cache_dtype: auto`` (bf16) against ``fp8`` (e4m3, scale 1.0), each a fresh engine;
@@ -74,7 +75,7 @@ def prompts(gsm8k: Path, count: int) -> list[str]:
 
 
 def generate(spec: dict) -> dict:
-    """One engine (in this process): greedy tokens of every prompt's 4 samples."""
+    """One engine (in this process): greedy tokens of every prompt (one sample each)."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     from vllm import LLM, SamplingParams
 
@@ -88,7 +89,7 @@ def generate(spec: dict) -> dict:
     started = time.perf_counter()
     llm = LLM(model=spec["model"], seed=0, **args)
     start_s = time.perf_counter() - started
-    params = SamplingParams(n=4, temperature=0.0, max_tokens=spec["max_tokens"], detokenize=False)
+    params = SamplingParams(n=1, temperature=0.0, max_tokens=spec["max_tokens"], detokenize=False)
     outs = llm.generate(spec["prompts"], params, use_tqdm=False)
     tokens = [[list(c.token_ids) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outs]
     counters = json.loads(stats.read_text()) if stats.exists() else {}

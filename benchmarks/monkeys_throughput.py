@@ -158,7 +158,7 @@ def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_
 
         def sampling_params(self, request, spec=None):
             params = super().sampling_params(request, spec)
-            params.ignore_eos = True
+            params.ignore_eos, params.max_tokens = True, FIXED_TOKENS
             return params
 
         def engine_parts(self, request, spec):
@@ -326,6 +326,9 @@ def main() -> None:
 
             tuned_rates = {k: rate(k) for k in engines if k.startswith("vllm_tuned_") and rate(k)}
             best = max(tuned_rates, key=tuned_rates.get) if tuned_rates else None
+            produced = {k: e["jobs"][variant]["tokens"] for k, e in engines.items() if variant in e.get("jobs", {})}
+            if len(set(produced.values())) > 1:  # the columns must have generated the same job
+                print(f"warning: {variant}: columns generated different token counts {produced}", flush=True)
             row = {"model": preset, "job": f"{args.problems} x {n}, {variant}", "vllm_default_tok_s": rate("vllm_default"),
                    "vllm_tuned_tok_s": tuned_rates.get(best), "vllm_tuned_setting": best, "ours_tok_s": rate("ours"),
                    "tokens": job_tokens(work, variant)}

@@ -72,8 +72,8 @@ def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
               "dtype": "bfloat16", **({"engine_cache": str(args.engine_cache)} if args.engine_cache else {})}
     generator = {"id": "g", "model": str(model), "num_samples": args.samples, "max_tokens": args.max_tokens,
                  "temperature": 0.8, "system_prompt": few_shot_header(args.gsm8k, args.shots), **variant(name, engine)}
-    config = {"name": f"ray-gpu-{name}", "seed": 0,
-              "task": {"name": "gsm8k", "path": str(args.gsm8k), "num_problems": args.problems},
+    config = {"name": f"ray-gpu-{name}", "seed": 0,  # an absolute data path: a config's paths are read from its folder
+              "task": {"name": "gsm8k", "path": str(args.gsm8k.resolve()), "num_problems": args.problems},
               "generators": [generator], "selectors": [{"name": "majority", "type": "majority"}]}
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
