@@ -62,6 +62,18 @@ def test_other_addresses_that_cannot_work_say_why(address, words):
         check_cluster(address, timeout_s=3)
 
 
+def test_without_grpcio_the_check_says_the_cluster_answers_and_that_auth_was_not_checked(monkeypatch):
+    """Ray's core wheel alone (as on the GPU machine's bundle) has no grpcio: fall back to a TCP connect."""
+    monkeypatch.setitem(sys.modules, "grpc", None)  # `import grpc` raises ImportError
+    with socket.socket() as server:
+        server.bind(("0.0.0.0", 0))  # Ray resolves 127.0.0.1 to this machine's address
+        server.listen()
+        line = check_cluster(f"127.0.0.1:{server.getsockname()[1]}", timeout_s=3)
+    assert "answers" in line and "authentication not checked: grpcio is missing" in line
+    with pytest.raises(ClusterError, match="no answer"):
+        check_cluster(f"127.0.0.1:{free_port()}", timeout_s=3)
+
+
 def test_the_token_sent_is_the_one_ray_init_would_send(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
