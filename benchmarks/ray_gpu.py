@@ -1,12 +1,18 @@
-"""The ``ray`` backend against direct vLLM on one GPU, whole ``monkeybarrel run`` jobs, one run (issue #27).
+"""Whole ``monkeybarrel run`` jobs on GPUs: direct vLLM, our attention against vLLM's, Ray data parallel (#27, #31, #32).
 
 Job: GSM8K, ``--problems`` problems x ``--samples`` samples x ``--max-tokens`` tokens, T=0.8, on a
-random-weight Llama shape (``--preset``, vLLM's dummy weights) with SmolLM2's tokenizer, ``attention:
-auto``. Variants, each a fresh ``monkeybarrel run`` process:
+random-weight Llama shape (``--preset``, vLLM's dummy weights) with SmolLM2's tokenizer extended to the
+shape's vocabulary (benchmarks/model_shapes.py); ``--shots K`` puts K worked GSM8K examples in the system
+prompt (a few-shot header every problem shares: 16 shots are ~2.6k tokens). Variants, each a fresh
+``monkeybarrel run`` process:
 
-- ``direct``: ``backend: vllm``;
+- ``direct``: ``backend: vllm`` (``attention: auto``);
+- ``direct-vllm``: the same with ``attention: vllm`` (vLLM's own attention);
 - ``ray-1``: ``backend: ray`` with one vLLM worker holding the GPU;
-- ``ray-2``: two vLLM workers sharing the GPU (``num_gpus_per_worker: 0.5``, each 0.42 of its memory).
+- ``ray-2``: two vLLM workers sharing the GPU (``num_gpus_per_worker: 0.5``, each 0.42 of its memory);
+- ``ray-Ng`` (N = 2, 4, 8, ...): N vLLM workers of one GPU each (data parallel).
+
+``--engine-cache DIR`` gives every engine the same start-up cache directory (``engine_cache``).
 
 For each: the process's wall time, the sample stage's wall time, its start figures (``engine_start_s``;
 ``ray_init_s`` and ``workers_ready_s`` for Ray, counted from before the task's data load), generated
@@ -29,43 +35,43 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from vllm_attention_auto import PRESETS  # noqa: E402
+from model_shapes import PRESETS, shape_dir  # noqa: E402
 
 
 def shape_with_tokenizer(preset: str, tokenizer: Path, out: Path) -> Path:
-    """A model directory: the preset's Llama shape (vocabulary of the tokenizer) plus the tokenizer's files."""
-    out.mkdir(parents=True, exist_ok=True)
-    vocab = len(json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"])
-    shape = {**PRESETS[preset], "vocab_size": vocab}
-    generation = json.loads((tokenizer / "generation_config.json").read_text()) \
-        if (tokenizer / "generation_config.json").exists() else {}
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
-              "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-              "bos_token_id": generation.get("bos_token_id", 1), "eos_token_id": generation.get("eos_token_id", 2),
-              "hidden_act": "silu", "tie_word_embeddings": False, **shape}
-    for f in tokenizer.iterdir():
-        if f.name.startswith(("tokenizer", "special_tokens", "chat_template", "generation_config")):
-            (out / f.name).write_bytes(f.read_bytes())
-    (out / "config.json").write_text(json.dumps(config))
-    return out
+    """A model directory: the preset's Llama shape plus the tokenizer, extended to the shape's vocabulary."""
+    return shape_dir(preset, out, tokenizer)
 
 
-VARIANTS = {
-    "direct": lambda engine: {"backend": "vllm", "options": engine},
-    "ray-1": lambda engine: {"backend": "ray", "options": {"backend": "vllm", "backend_options": engine,
-                                                            "num_workers": 1}},
-    "ray-2": lambda engine: {"backend": "ray", "options": {
-        "backend": "vllm", "backend_options": {**engine, "gpu_memory_utilization": 0.42},
-        "num_workers": 2, "num_gpus_per_worker": 0.5}},
-}
+def variant(name: str, engine: dict) -> dict:
+    """The generator's backend and options for variant ``name`` (module docstring)."""
+    if name == "direct":
+        return {"backend": "vllm", "options": engine}
+    if name == "direct-vllm":
+        return {"backend": "vllm", "options": {**engine, "attention": "vllm"}}
+    if name == "ray-2":
+        return {"backend": "ray", "options": {"backend": "vllm", "backend_options": {**engine, "gpu_memory_utilization": 0.42},
+                                              "num_workers": 2, "num_gpus_per_worker": 0.5}}
+    workers = int(name[len("ray-"):].rstrip("g"))
+    return {"backend": "ray", "options": {"backend": "vllm", "backend_options": engine, "num_workers": workers,
+                                          "num_gpus_per_worker": 1}}
+
+
+def few_shot_header(gsm8k: Path, shots: int) -> str | None:
+    """A system prompt of ``shots`` worked GSM8K examples (the file's last ones), or None."""
+    if not shots:
+        return None
+    rows = [json.loads(x) for x in gsm8k.read_text().splitlines() if x.strip()][-shots:]
+    return "Solve the problem as in these examples.\n\n" + "".join(
+        f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in rows)
 
 
 def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     engine = {"engine_kwargs": {"load_format": "dummy"}, "gpu_memory_utilization": 0.85, "max_model_len": 4096,
-              "dtype": "bfloat16"}
+              "dtype": "bfloat16", **({"engine_cache": str(args.engine_cache)} if args.engine_cache else {})}
     generator = {"id": "g", "model": str(model), "num_samples": args.samples, "max_tokens": args.max_tokens,
-                 "temperature": 0.8, **VARIANTS[name](engine)}
+                 "temperature": 0.8, "system_prompt": few_shot_header(args.gsm8k, args.shots), **variant(name, engine)}
     config = {"name": f"ray-gpu-{name}", "seed": 0,
               "task": {"name": "gsm8k", "path": str(args.gsm8k), "num_problems": args.problems},
               "generators": [generator], "selectors": [{"name": "majority", "type": "majority"}]}
@@ -107,6 +113,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--variants", default="direct,ray-1,ray-2")
+    ap.add_argument("--baseline", help="variant the others are compared with (default: the first)")
+    ap.add_argument("--shots", type=int, default=0, help="worked examples in a shared system prompt")
+    ap.add_argument("--engine-cache", type=Path, help="one start-up cache directory for every engine")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/ray_gpu"))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--warmup", action="store_true",
@@ -121,14 +130,20 @@ def main() -> None:
         results[name] = run_variant(name, model, args, args.workdir)
         if args.out:  # after every variant, so a cut-off run keeps what it measured
             args.out.write_text(json.dumps({"job": vars(args), "results": results}, indent=1, default=str))
-    direct = results.get("direct", {})
+    base_name = args.baseline or next(iter(results))
+    base = results.get(base_name, {})
     for name, r in results.items():
-        if name != "direct" and "generation_s" in r and "generation_s" in direct:
-            r["generation_ratio_vs_direct"] = round(r["generation_s"] / direct["generation_s"], 3)
-            r["stage_ratio_vs_direct"] = round(r["sample_stage_s"] / direct["sample_stage_s"], 3)
-            print(f"{name}: generation {r['generation_s']} s vs direct {direct['generation_s']} s "
-                  f"({r['generation_ratio_vs_direct']}x); stage {r['stage_ratio_vs_direct']}x; "
-                  f"process {r['process_wall_s']} vs {direct['process_wall_s']} s", flush=True)
+        if "generation_s" not in r:
+            continue
+        r["stage_tok_s"] = round(r["completion_tokens"] / r["sample_stage_s"], 1)
+        r["process_tok_s"] = round(r["completion_tokens"] / r["process_wall_s"], 1)
+        if name != base_name and "generation_s" in base:
+            r[f"vs_{base_name}"] = {"generation": round(base["generation_s"] / r["generation_s"], 3),
+                                    "sample_stage": round(base["sample_stage_s"] / r["sample_stage_s"], 3),
+                                    "process": round(base["process_wall_s"] / r["process_wall_s"], 3)}
+            print(f"{name} vs {base_name}: speed-up generation {r[f'vs_{base_name}']['generation']}x, sample stage "
+                  f"{r[f'vs_{base_name}']['sample_stage']}x, process {r[f'vs_{base_name}']['process']}x "
+                  f"({r['sample_stage_s']} vs {base['sample_stage_s']} s)", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"job": vars(args), "results": results}, indent=1, default=str))
 

@@ -1,8 +1,8 @@
 """``attention: auto`` against vLLM's default attention, whole jobs (prefill included), one run (issue #27).
 
-For each model shape (``--presets``: a Llama-3-8B and a Llama-3.2-1B shape with random weights, vLLM's
-``load_format="dummy"``, so no weights are written or read) and each job (prompts x samples, prompt
-tokens, new tokens):
+For each model shape (``--presets``: Llama-3-8B and Llama-3.2-1B shapes, or Llama-3-70B with ``--tp 4``;
+random weights, vLLM's ``load_format="dummy"``, so no weights are written or read; benchmarks/model_shapes.py)
+and each job (prompts x samples, prompt tokens, new tokens; ``--jobs`` may name any, e.g. ``32x64x1024x128``):
 
 - ``vllm``: an engine with vLLM's default attention and vLLM's default engine arguments;
 - ``auto``: what the ``vllm`` sampler does with ``attention: auto`` (the default): the job's prompts and
@@ -14,7 +14,8 @@ tokens, new tokens):
 
 Each job is timed as ``LLM.generate`` from its token prompts to its last token (T=0.8, ``ignore_eos``),
 the prefix cache reset before each, twice per engine (the faster of the two counts: the first also
-warms kernels for new batch sizes); output tok/s = generated tokens / seconds. Ratios are auto / vllm.
+warms kernels for new batch sizes; ``--once`` times it once, after the engine's warm-up); output tok/s =
+generated tokens / seconds. Ratios are auto / vllm. ``--tp N`` runs every engine with tensor parallel N.
 Each engine runs in its own subprocess (its memory never meets the other's).
 
 Run on the GPU machine (vLLM 0.26 importable, docs/gpu.md):
@@ -35,30 +36,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-PRESETS = {  # Llama-3-8B and Llama-3.2-1B shapes (random weights)
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=128, vocab_size=128256),
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=64, vocab_size=128256),
-}
-JOBS = {  # preset -> [(prompts, samples per prompt, prompt tokens, new tokens)]: the issue's table
+from model_shapes import PRESETS, shape_dir  # noqa: E402,F401  (PRESETS: the shapes this script knows)
+
+JOBS = {  # preset -> [(prompts, samples per prompt, prompt tokens, new tokens)]: the issues' tables
     "8b": [(8, 128, 2048, 128), (4, 64, 7900, 128), (512, 1, 2048, 128)],
     "1b": [(8, 128, 2048, 256), (4, 64, 7900, 256), (512, 1, 2048, 256)],
+    "70b": [(8, 128, 2048, 128), (128, 64, 1024, 128), (512, 1, 2048, 128)],
 }
 BASE_ARGS = dict(dtype="bfloat16", max_model_len=8448, enable_prefix_caching=True, gpu_memory_utilization=0.85)
 
 
 def model_dir(preset: str) -> str:
     """A directory with only the shape's ``config.json`` (weights are vLLM's dummy initialisation)."""
-    path = Path(tempfile.gettempdir()) / f"monkeybarrel_{preset}_shape"
-    path.mkdir(exist_ok=True)
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
-              "max_position_embeddings": 8448, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-              "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "tie_word_embeddings": False,
-              **PRESETS[preset]}
-    (path / "config.json").write_text(json.dumps(config))
-    return str(path)
+    return str(shape_dir(preset, Path(tempfile.gettempdir()) / f"monkeybarrel_{preset}_shape"))
 
 
 def job_prompts(job: tuple[int, int, int, int]) -> list[list[int]]:
@@ -78,7 +70,7 @@ def auto_choice(job: tuple[int, int, int, int]) -> tuple[str, str]:
 
 
 def run_engine(preset: str, args: dict, jobs: list[tuple[int, int, int, int]], profile: str,
-               unseeded: bool = False) -> dict:
+               unseeded: bool = False, repeats: int = 2) -> dict:
     """Start one engine with ``args`` and time every job twice (and twice more without seeds if ``unseeded``)."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     from vllm import LLM, SamplingParams
@@ -100,7 +92,7 @@ def run_engine(preset: str, args: dict, jobs: list[tuple[int, int, int, int]], p
         prompts, n, length, new = job
         params = SamplingParams(n=n, max_tokens=new, temperature=0.8, seed=0, ignore_eos=True, detokenize=False)
         times = []
-        for _ in range(2):
+        for _ in range(repeats):
             llm.reset_prefix_cache()
             t0 = time.perf_counter()
             outs = llm.generate([{"prompt_token_ids": p} for p in job_prompts(job)], params, use_tqdm=False)
@@ -138,25 +130,34 @@ def main() -> None:
     ap.add_argument("--auto-only", action="store_true", help="skip vLLM's default engine (profiling runs)")
     ap.add_argument("--unseeded", action="store_true",
                     help="also time each auto job without per-request seeds (vLLM samples seeded requests one by one)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size of every engine")
+    ap.add_argument("--same-engine", action="store_true",
+                    help="vLLM's attention gets our engine settings (sequences a step, batched tokens, graph sizes)")
+    ap.add_argument("--once", action="store_true", help="time each job once (after the engine's warm-up)")
     ap.add_argument("--engine", help=argparse.SUPPRESS)  # internal: PRESET:JSON_ARGS:JOBS, run in a subprocess
     args = ap.parse_args()
+    if args.tp > 1:
+        BASE_ARGS["tensor_parallel_size"] = args.tp
     if args.engine:
-        preset, engine_args, jobs, profile, unseeded = json.loads(args.engine)
-        print("RESULT " + json.dumps(run_engine(preset, engine_args, [tuple(j) for j in jobs], profile, unseeded)),
-              flush=True)
+        preset, engine_args, jobs, profile, unseeded, repeats = json.loads(args.engine)
+        print("RESULT " + json.dumps(run_engine(preset, engine_args, [tuple(j) for j in jobs], profile, unseeded,
+                                                repeats)), flush=True)
         return
     from monkeybarrel.samplers.vllm_offline import engine_arguments
 
     report: dict = {"base_args": BASE_ARGS, "presets": {}}
     for preset in args.presets.split(","):
-        jobs = [j for j in JOBS[preset] if not args.jobs or "x".join(map(str, j)) in args.jobs.split(",")]
+        jobs = ([tuple(map(int, j.split("x"))) for j in args.jobs.split(",")] if args.jobs else JOBS[preset])
         default_args = engine_arguments("vllm", BASE_ARGS)
+        if args.same_engine:  # vLLM's attention on our engine settings: only the attention differs
+            ours = engine_arguments("monkeybarrel", BASE_ARGS)
+            default_args |= {k: ours[k] for k in ("max_num_seqs", "max_num_batched_tokens", "compilation_config")}
         engines: dict[str, dict] = {"vllm": {"args": default_args, "jobs": list(jobs)}}
         choices = {}
         for job in jobs:
             choice = auto_choice(job)
             choices[job] = choice
-            auto_args = engine_arguments(choice[0], BASE_ARGS)
+            auto_args = default_args if choice[0] == "vllm" else engine_arguments(choice[0], BASE_ARGS)
             name = "vllm" if auto_args == default_args else f"auto-{choice[0]}"
             engines.setdefault(name, {"args": auto_args, "jobs": []})
             engines[name]["jobs"].append(job)  # on the vllm engine: the job runs again, as auto's
@@ -167,7 +168,7 @@ def main() -> None:
             profile = str(Path(args.profile) / f"{preset}_{name}") if args.profile and name != "vllm" else ""
             unseeded = args.unseeded and name != "vllm"
             cmd = [sys.executable, __file__, "--engine", json.dumps([preset, engine["args"], engine["jobs"], profile,
-                                                                     unseeded])]
+                                                                     unseeded, 1 if args.once else 2])]
             print(f"== {preset} {name}: {engine['args']}", flush=True)
             proc = subprocess.run(cmd, capture_output=True, text=True)
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -176,9 +177,12 @@ def main() -> None:
                 print(f"{preset} {name} failed (exit {proc.returncode})", flush=True)
                 continue
             results[name] = json.loads(line[len("RESULT "):]) | {"args": engine["args"]}
+            if args.out:  # after every engine, so a cut-off run keeps what it measured
+                report["presets"][preset] = {"engines": results, "table": [], "no_sharing_ratio": None}
+                Path(args.out).write_text(json.dumps(report, indent=1))
         rows = []
         for job in jobs:
-            engine = "vllm" if engine_arguments(choices[job][0], BASE_ARGS) == default_args else f"auto-{choices[job][0]}"
+            engine = "vllm" if choices[job][0] == "vllm" else f"auto-{choices[job][0]}"
             ref_runs = [j for j in results.get("vllm", {}).get("jobs", []) if tuple(j["job"]) == job]
             our_runs = [j for j in results.get(engine, {}).get("jobs", []) if tuple(j["job"]) == job]
             if not ref_runs or not our_runs:

@@ -80,6 +80,35 @@ def test_offline_vllm_seeds_reproduce_samples():
         sampler.close()
 
 
+def test_offline_vllm_throughput_path_keeps_the_samples_and_the_text():
+    """Prefill-first, KV-aware admission and batch decoding change how the engine is fed, not what it samples:
+    the same seeds give the same texts with and without the primer, and the texts are vLLM's own detokenisation."""
+    from vllm import SamplingParams
+
+    header = "".join(f"Question: what is {i} + {i}? Answer: {2 * i}.\n" for i in range(40))  # a shared few-shot header
+    problems = [Problem(f"p{i}", "arithmetic", prompt=header + f"What is {i} + 25?") for i in range(5)]
+    requests = [SampleRequest(p, (0, 1, 2, 3), 11 + i) for i, p in enumerate(problems)]
+    sampler = VLLMSampler(GeneratorSpec(id="v", max_tokens=12, temperature=1.0), chunk_requests=2, **CPU_ENGINE)
+    try:
+        runs = {}
+        for primer in (False, True):
+            sampler.prefill_first = primer
+            before = dict(sampler.stats)
+            out = sorted((c for batch in sampler.sample(requests) for c in batch),
+                         key=lambda c: (c.problem_id, c.sample_index))
+            runs[primer] = out
+            assert sampler.stats["primers"] - before["primers"] == (len(problems) if primer else 0)
+        assert [c.text for c in runs[True]] == [c.text for c in runs[False]]
+        assert len(runs[True]) == 20 and all(c.error is None and c.text for c in runs[True])
+        # the batch decode gives what vLLM's incremental detokenizer gives for the same tokens
+        prompt = sampler.prompt(requests[0])
+        params = SamplingParams(n=4, seed=requests[0].seed, temperature=1.0, top_p=0.95, max_tokens=12)
+        reference = sampler.llm.generate([prompt], params, use_tqdm=False)[0]
+        assert sorted(c.text for c in reference.outputs) == sorted(c.text for c in runs[True][:4])
+    finally:
+        sampler.close()
+
+
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     with socket.socket() as probe:

@@ -12,9 +12,10 @@ import string
 import pytest
 
 from monkeybarrel.core.config import GeneratorSpec
-from monkeybarrel.samplers import vllm_offline
-from monkeybarrel.samplers.vllm_offline import (MIN_SHARING, VLLMSampler, choose_attention, engine_arguments,
-                                                prompt_sharing)
+from monkeybarrel.samplers import vllm_engine
+from monkeybarrel.samplers.vllm_engine import (MIN_SHARING, OURS_ENGINE_DEFAULTS, capture_sizes, choose_attention,
+                                               engine_arguments, prompt_sharing, use_engine_cache)
+from monkeybarrel.samplers.vllm_offline import VLLMSampler
 
 
 def test_prompt_sharing_counts_samples_and_shared_headers():
@@ -34,8 +35,8 @@ def test_prompt_sharing_counts_samples_and_shared_headers():
 
 @pytest.mark.parametrize("sharing, ours", [(1.0, False), (MIN_SHARING - 0.01, False), (MIN_SHARING, True), (64, True)])
 def test_auto_takes_ours_only_with_sharing_on_a_gpu_with_a_supported_vllm(monkeypatch, sharing, ours):
-    monkeypatch.setattr(vllm_offline, "_on_cpu", lambda: False)
-    monkeypatch.setattr(vllm_offline.vllm_plugin, "check_vllm_version", lambda version=None: "0.26.0")
+    monkeypatch.setattr(vllm_engine, "on_cpu", lambda: False)
+    monkeypatch.setattr(vllm_engine.vllm_plugin, "check_vllm_version", lambda version=None: "0.26.0")
     choice, reason = choose_attention("auto", sharing, prefix_caching=True)
     assert choice == ("monkeybarrel" if ours else "vllm") and reason.startswith("auto:")
     assert choose_attention("auto", 64, prefix_caching=False)[0] == "vllm"
@@ -46,28 +47,60 @@ def test_auto_falls_back_to_vllm_and_says_why_without_a_supported_vllm_or_on_cpu
     def unsupported(version=None):
         raise RuntimeError("attention: monkeybarrel supports vLLM >=0.26.0,<0.27, but vLLM 0.30.1 is installed")
 
-    monkeypatch.setattr(vllm_offline, "_on_cpu", lambda: False)
-    monkeypatch.setattr(vllm_offline.vllm_plugin, "check_vllm_version", unsupported)
+    monkeypatch.setattr(vllm_engine, "on_cpu", lambda: False)
+    monkeypatch.setattr(vllm_engine.vllm_plugin, "check_vllm_version", unsupported)
     choice, reason = choose_attention("auto", 64, prefix_caching=True)
     assert choice == "vllm" and "0.30.1" in reason
     with pytest.raises(RuntimeError, match="0.30.1"):  # asked for by name: an error, not a silent fallback
         choose_attention("monkeybarrel", 64, prefix_caching=True)
-    monkeypatch.setattr(vllm_offline, "_on_cpu", lambda: True)
+    monkeypatch.setattr(vllm_engine, "on_cpu", lambda: True)
     assert choose_attention("auto", 64, prefix_caching=True) == ("vllm", "auto: vLLM's CPU backend (our kernel needs a GPU)")
 
 
-def test_engine_arguments_add_our_graph_sizes_without_overriding_the_user():
+def test_engine_arguments_size_our_engine_for_throughput_without_overriding_the_user():
     base = {"dtype": "bfloat16", "max_model_len": None, "enable_prefix_caching": True}
-    assert engine_arguments("vllm", base) == {"dtype": "bfloat16", "enable_prefix_caching": True}
+    assert engine_arguments("vllm", base) == {"dtype": "bfloat16", "enable_prefix_caching": True}  # vLLM's defaults
     ours = engine_arguments("monkeybarrel", base)
     assert ours["attention_backend"] == "CUSTOM"
-    assert ours["compilation_config"] == {"max_cudagraph_capture_size": 1024}
+    assert ours["max_num_seqs"] == OURS_ENGINE_DEFAULTS["max_num_seqs"] == 2048
+    assert ours["compilation_config"] == {"cudagraph_capture_sizes": capture_sizes(2048)}
     capped = engine_arguments("monkeybarrel", {**base, "max_num_seqs": 256})
-    assert capped["compilation_config"]["max_cudagraph_capture_size"] == 256
+    assert capped["max_num_seqs"] == 256 and capped["compilation_config"]["cudagraph_capture_sizes"][-1] == 256
+    # a job of 64 problems x 8 samples never runs more than 512 sequences: no graph beyond that
+    job = engine_arguments("monkeybarrel", base, job_sequences=512)
+    assert job["max_num_seqs"] == 2048 and job["compilation_config"]["cudagraph_capture_sizes"][-1] == 512
     user = engine_arguments("monkeybarrel", {**base, "compilation_config": {"max_cudagraph_capture_size": 64,
                                                                               "cudagraph_mode": "FULL"}})
     assert user["compilation_config"] == {"max_cudagraph_capture_size": 64, "cudagraph_mode": "FULL"}
     assert engine_arguments("monkeybarrel", {**base, "compilation_config": 3})["compilation_config"] == 3
+
+
+@pytest.mark.parametrize("largest", [1, 2, 3, 7, 64, 100, 512, 513, 1000, 1024, 2048, 4096])
+def test_capture_sizes_cover_every_batch_up_to_the_largest_with_little_padding(largest):
+    sizes = capture_sizes(largest)
+    assert sizes == sorted(set(sizes)) and sizes[0] == 1 and sizes[-1] == largest
+    for rows in range(1, largest + 1):  # each batch pads to the next graph: < 2x up to 64, then < 64 / < 128 rows
+        graph = next(s for s in sizes if s >= rows)
+        assert graph - rows < (rows if rows <= 64 else 64 if rows <= 512 else 128)
+    assert len(capture_sizes(2048)) == 26
+    with pytest.raises(ValueError):
+        capture_sizes(0)
+
+
+def test_engine_cache_points_every_start_up_cache_into_one_directory(tmp_path, monkeypatch):
+    for var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "VLLM_ENABLE_STARTUP_PLAN",
+                "MONKEYBARREL_ENGINE_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    assert use_engine_cache(None) is None and "VLLM_CACHE_ROOT" not in __import__("os").environ
+    monkeypatch.setenv("MONKEYBARREL_ENGINE_CACHE", str(tmp_path / "shared"))
+    root = use_engine_cache(None)
+    import os
+    assert root == tmp_path / "shared"
+    assert {os.environ[v] for v in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")} == {
+        str(root / "vllm"), str(root / "inductor"), str(root / "triton")}
+    assert all((root / d).is_dir() for d in ("vllm", "inductor", "triton"))
+    assert os.environ["VLLM_ENABLE_STARTUP_PLAN"] == "1"
+    assert use_engine_cache(tmp_path / "option") == tmp_path / "option"  # the option wins over the variable
 
 
 def test_the_sampler_defaults_to_auto_and_rejects_unknown_choices():

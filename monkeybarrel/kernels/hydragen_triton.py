@@ -69,7 +69,9 @@ def _attend_range(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, lo, hi
     ``k_base``/``v_base`` point at row 0, column 0 of that head; rows are ``stride_kn`` apart and
     columns contiguous. With ``PAGED``, row ``r`` lives in page ``page_row[r // BS]`` (a block-table
     row), at ``page * stride_kpage + (r % BS) * stride_kn``. Full blocks run unmasked; one masked block
-    handles the tail.
+    handles the tail. Keys and values are widened to the query's dtype as they are loaded, so an FP8
+    (e4m3) cache is read at one byte an element and multiplied in bf16/fp16 (its scales are applied by
+    the caller: ``qk_scale`` for keys, the merge's ``out_scale`` for values).
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
@@ -78,19 +80,19 @@ def _attend_range(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, lo, hi
         rows = start + offs_n
         k_off = _row_offsets(rows, rows < hi, page_row, stride_kn, stride_kpage, BS, PAGED)
         v_off = _row_offsets(rows, rows < hi, page_row, stride_vn, stride_vpage, BS, PAGED)
-        k = tl.load(k_base + k_off[None, :] + offs_d[:, None])  # [D, BLOCK_N]
+        k = tl.load(k_base + k_off[None, :] + offs_d[:, None]).to(q.dtype)  # [D, BLOCK_N]
         s = tl.dot(q, k) * qk_scale
-        v = tl.load(v_base + v_off[:, None] + offs_d[None, :])  # [BLOCK_N, D]
+        v = tl.load(v_base + v_off[:, None] + offs_d[None, :]).to(q.dtype)  # [BLOCK_N, D]
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, s, v)
     if n_full < hi:
         rows = n_full + offs_n
         ok = rows < hi
         k_off = _row_offsets(rows, ok, page_row, stride_kn, stride_kpage, BS, PAGED)
         v_off = _row_offsets(rows, ok, page_row, stride_vn, stride_vpage, BS, PAGED)
-        k = tl.load(k_base + k_off[None, :] + offs_d[:, None], mask=ok[None, :], other=0.0)
+        k = tl.load(k_base + k_off[None, :] + offs_d[:, None], mask=ok[None, :], other=0.0).to(q.dtype)
         s = tl.dot(q, k) * qk_scale
         s = tl.where(ok[None, :], s, float("-inf"))
-        v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0).to(q.dtype)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, s, v)
     return acc, l_i, m_i
 
@@ -108,13 +110,14 @@ def _finish(acc, l_i, m_i):
 @triton.jit
 def _merge_rows(b, g, hkv, ok, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
                 HKV, N_PSPLITS, N_SSPLITS,
-                row_psplits, G: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr):
+                row_psplits, out_scale, G: tl.constexpr, D: tl.constexpr, WRITE_LSE: tl.constexpr):
     """Merge every partial of rows ``(b, g)`` of KV head hkv where ``ok`` (vectors ``[R]``, int64 b;
     hkv a scalar or a vector).
 
     Prefix partials ``OP/LP[hkv, sp, b*G+g]`` for ``sp < row_psplits`` (a vector ``[R]``, or
     ``N_PSPLITS`` for all slots), suffix partials ``OS/LS[b, hkv, ss, g]`` (log2 LSE);
-    writes ``OUT[b, hkv*G+g, :]`` and, if WRITE_LSE, ``LSE_OUT[b, hkv*G+g]`` (natural log).
+    writes ``OUT[b, hkv*G+g, :]`` times ``out_scale`` (an FP8 cache's value scale; 1.0 otherwise) and, if
+    WRITE_LSE, ``LSE_OUT[b, hkv*G+g]`` (natural log).
     Partials are loaded with ``.cg`` (L2, not L1): other SMs wrote them during this launch.
     """
     offs_d = tl.arange(0, D)
@@ -146,7 +149,7 @@ def _merge_rows(b, g, hkv, ok, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, 
     den_safe = tl.where(den > 0.0, den, 1.0)
     head = hkv * G + g
     tl.store(OUT + b[:, None] * stride_ob + head[:, None] * stride_oh + offs_d[None, :],
-             (acc / den_safe[:, None]).to(OUT.dtype.element_ty), mask=ok[:, None])
+             (acc * (out_scale / den_safe)[:, None]).to(OUT.dtype.element_ty), mask=ok[:, None])
     if WRITE_LSE:
         lse = tl.where(den > 0.0, (m + tl.math.log2(den_safe)) * 0.6931471805599453, float("-inf"))
         tl.store(LSE_OUT + b * (HKV * G) + head, lse, mask=ok)
@@ -169,7 +172,7 @@ def _arrive_and_merge(b, g, hkv, ok, CNT, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, 
     tl.debug_barrier()
     if tl.sum(last.to(tl.int32), axis=0) > 0:
         _merge_rows(b, g, hkv, last, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
-                    HKV, N_PSPLITS, N_SSPLITS, N_PSPLITS, G, D, WRITE_LSE)
+                    HKV, N_PSPLITS, N_SSPLITS, N_PSPLITS, 1.0, G, D, WRITE_LSE)
         tl.store(CNT + cidx, 0, mask=last)
 
 
@@ -301,7 +304,7 @@ def _merge_kernel(OP, LP, OS, LS, OUT, LSE_OUT, n_rows, n_out_rows, stride_ob, s
     b = (r // hq).to(tl.int64)
     h = r % hq
     _merge_rows(b, h % G, h // G, r < n_out_rows, OP, LP, OS, LS, OUT, LSE_OUT, n_rows, stride_ob, stride_oh,
-                HKV, N_PSPLITS, N_SSPLITS, N_PSPLITS, G, D, WRITE_LSE)
+                HKV, N_PSPLITS, N_SSPLITS, N_PSPLITS, 1.0, G, D, WRITE_LSE)
 
 
 @triton.jit
@@ -411,11 +414,11 @@ def _paged_decode_kernel(
                            stride_vh, stride_bt, HKV, NSS, G, D, BS, BLOCK_G, BLOCK_NS)
 
 
-@triton.jit(do_not_specialize=["n_rows", "n_out_rows", "NSP", "NSS"])
+@triton.jit(do_not_specialize=["n_rows", "n_out_rows", "NSP", "NSS", "out_scale"])
 def _paged_merge_kernel(OP, LP, OS, LS, ROW_SPLITS, OUT, n_rows, n_out_rows, stride_ob, stride_oh, HKV, NSP, NSS,
-                        G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr):
+                        out_scale, G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr):
     """Merge the partials of BLOCK_R output rows ``r = t*Hq + h``: the prefix slots its group wrote
-    (``ROW_SPLITS[t]``) and every suffix slot."""
+    (``ROW_SPLITS[t]``) and every suffix slot; the output is scaled by ``out_scale`` (an FP8 cache's value scale)."""
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     hq = HKV * G
     t = (r // hq).to(tl.int64)
@@ -423,4 +426,4 @@ def _paged_merge_kernel(OP, LP, OS, LS, ROW_SPLITS, OUT, n_rows, n_out_rows, str
     ok = r < n_out_rows
     splits = tl.load(ROW_SPLITS + t, mask=ok, other=0)
     _merge_rows(t, h % G, h // G, ok, OP, LP, OS, LS, OUT, OUT, n_rows, stride_ob, stride_oh,
-                HKV, NSP, NSS, splits, G, D, False)
+                HKV, NSP, NSS, splits, out_scale, G, D, False)

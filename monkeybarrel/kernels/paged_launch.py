@@ -135,22 +135,28 @@ class PagedStep:
         self.ws.loaded = plan
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-            seq_lens: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
+            seq_lens: torch.Tensor, scale: float, out: torch.Tensor, k_scale: float = 1.0,
+            v_scale: float = 1.0) -> torch.Tensor:
         """One layer's attention for the step's ``T`` decode tokens, with the loaded plan.
 
         Args:
-            q: ``[T, Hq, D]`` queries, token ``t`` of request ``t`` (head dim contiguous).
+            q: ``[T, Hq, D]`` queries, token ``t`` of request ``t`` (head dim contiguous), bf16 or fp16.
             k_cache, v_cache: ``[num_blocks, block_size, Hkv, D]`` views of the paged cache (any
-                strides with the head dim contiguous; vLLM's K and V interleave in one tensor).
+                strides with the head dim contiguous; vLLM's K and V interleave in one tensor), in q's
+                dtype or FP8 e4m3 (``torch.float8_e4m3fn``: read at one byte an element, widened in
+                registers; the stored values times ``k_scale`` / ``v_scale`` are the keys / values).
             block_table: ``[>=T, W]`` int32 physical block ids, row ``t`` for request ``t``.
             seq_lens: ``[>=T]`` int32 tokens in each request's KV, the current token included
                 (0 for a padded row: its output is zeros).
             scale: softmax scale.
             out: ``[T, Hq, D]`` written in q's dtype.
+            k_scale, v_scale: dequantisation scales of an FP8 cache (1.0 for a bf16/fp16 cache).
         """
         ws, T, G, D = self.ws, self.T, self.ws.G, self.ws.D
-        if q.dtype not in SUPPORTED_DTYPES or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
-            raise TypeError(f"q/k/v dtypes {q.dtype}/{k_cache.dtype}/{v_cache.dtype}: need one of bf16, fp16")
+        kv_ok = {q.dtype, torch.float8_e4m3fn}
+        if q.dtype not in SUPPORTED_DTYPES or k_cache.dtype not in kv_ok or v_cache.dtype != k_cache.dtype:
+            raise TypeError(f"q/k/v dtypes {q.dtype}/{k_cache.dtype}/{v_cache.dtype}: need q in bf16 or fp16 and "
+                            "k/v in q's dtype or float8_e4m3fn")
         if q.shape[0] < T or q.shape[1:] != (ws.Hq, D) or k_cache.shape[2:] != (ws.Hkv, D):
             raise ValueError(f"q {tuple(q.shape)} / k_cache {tuple(k_cache.shape)} do not match the step "
                              f"(T={T}, Hq={ws.Hq}, Hkv={ws.Hkv}, D={D})")
@@ -163,7 +169,7 @@ class PagedStep:
         _paged_decode_kernel[(self.grid,)](
             q, k_cache, v_cache, block_table, seq_lens, self.n_live, self.items, self.order, self.shared_len,
             self.op, self.lp, self.os, self.ls,
-            T * G, shape.items, scale * _LOG2E,
+            T * G, shape.items, scale * k_scale * _LOG2E,
             q.stride(0), q.stride(1),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0),
@@ -172,14 +178,16 @@ class PagedStep:
             BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_NS=64, **opts)
         _paged_merge_kernel[(triton.cdiv(T * ws.Hq, _MERGE_ROWS),)](
             self.op, self.lp, self.os, self.ls, self.row_splits, out, T * G, T * ws.Hq, out.stride(0), out.stride(1),
-            ws.Hkv, shape.prefix_splits, shape.suffix_splits, G=G, D=D, BLOCK_R=_MERGE_ROWS, num_warps=4)
+            ws.Hkv, shape.prefix_splits, shape.suffix_splits, float(v_scale), G=G, D=D, BLOCK_R=_MERGE_ROWS,
+            num_warps=4)
         return out
 
 
 def paged_shared_prefix_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float | None = None,
                                *, out: torch.Tensor | None = None, block_m: int = 128,
-                               workspace: PagedWorkspace | None = None) -> torch.Tensor:
+                               workspace: PagedWorkspace | None = None, k_scale: float = 1.0,
+                               v_scale: float = 1.0) -> torch.Tensor:
     """Plan (from CPU copies of ``block_table``/``seq_lens``) and run one step: the convenience path for
     tests and benchmarks; an engine keeps one :class:`PagedWorkspace` and plans once per step.
 
@@ -191,4 +199,5 @@ def paged_shared_prefix_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     step = ws.step(T)
     step.load(ws.plan(block_table[:T].cpu().numpy(), seq_lens[:T].cpu().numpy(), bs))
     out = torch.empty_like(q) if out is None else out
-    return step.run(q, k_cache, v_cache, block_table, seq_lens, D ** -0.5 if scale is None else scale, out)
+    return step.run(q, k_cache, v_cache, block_table, seq_lens, D ** -0.5 if scale is None else scale, out,
+                    k_scale=k_scale, v_scale=v_scale)

@@ -30,6 +30,7 @@ import os
 import time
 
 import numpy as np
+import torch
 from vllm.v1.attention.backend import AttentionCGSupport, AttentionType, CommonAttentionMetadata
 from vllm.v1.attention.backends.flash_attn import (
     FlashAttentionBackend,
@@ -157,29 +158,67 @@ class MonkeybarrelMetadataBuilder(FlashAttentionMetadataBuilder):
 
 
 class MonkeybarrelAttentionImpl(FlashAttentionImpl):
-    """FlashAttention's implementation; steps with a :class:`PagedStep` run the paged kernel."""
+    """FlashAttention's implementation; steps with a :class:`PagedStep` run the paged kernel.
+
+    FP8 KV cache (``kv_cache_dtype: fp8``): our kernel reads the e4m3 cache with the layer's scales and
+    keeps the query in bf16/fp16. FlashAttention (FA3) wants the query in FP8 too, so this backend tells
+    the layer not to quantise queries and quantises them itself (static, per tensor, as the layer would)
+    only for the steps it leaves to FlashAttention.
+    """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.fp8_cache = self.kv_cache_dtype in ("fp8", "fp8_e4m3")
         plain = (self.alibi_slopes is None and tuple(self.sliding_window) == (-1, -1)
                  and not self.logits_soft_cap and getattr(self, "sinks", None) is None
-                 and self.kv_cache_dtype in ("auto", "bfloat16", "float16") and self.attn_type == AttentionType.DECODER
+                 and self.kv_cache_dtype in ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3")
+                 and self.attn_type == AttentionType.DECODER
                  and getattr(self, "dcp_world_size", 1) == 1
                  and self.head_size in (64, 128))
         self.shared_prefix_ok = plain
+        # queries reach forward() unquantised; FlashAttention's steps get them quantised here (see the class docstring)
+        self._fa_quant_query = bool(self.fp8_cache and self.supports_quant_query_input)
+        self.supports_quant_query_input = False
         if not plain:
-            _log.warning("monkeybarrel attention: this layer (alibi, sliding window, soft cap, sinks, quantised "
-                         "KV or head size %d) runs FlashAttention only", self.head_size)
+            _log.warning("monkeybarrel attention: this layer (alibi, sliding window, soft cap, sinks, a KV cache "
+                         "dtype other than bf16/fp16/fp8 e4m3, or head size %d) runs FlashAttention only", self.head_size)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):
         step = getattr(attn_metadata, "shared_prefix_step", None) if attn_metadata is not None else None
-        if step is None or not self.shared_prefix_ok or output_scale is not None or output_block_scale is not None:
-            return super().forward(layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
-                                   output_block_scale)
+        per_tensor = not self.fp8_cache or (layer._k_scale.numel() == 1 and layer._v_scale.numel() == 1)
+        if (step is None or not self.shared_prefix_ok or not per_tensor or output_scale is not None
+                or output_block_scale is not None):
+            return self._flash_attention(layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
+                                         output_block_scale)
         # (blocks, Hkv, block_size, 2D) logical, NHD physical -> K, V: (blocks, block_size, Hkv, D) views
         key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
+        k_scale = v_scale = 1.0
+        if self.fp8_cache:
+            key_cache, value_cache = key_cache.view(torch.float8_e4m3fn), value_cache.view(torch.float8_e4m3fn)
+            k_scale, v_scale = layer._k_scale_float, layer._v_scale_float
         T = step.T
         out = output[:T].view(T, self.num_heads, self.head_size)
-        step.run(query[:T], key_cache, value_cache, attn_metadata.block_table, attn_metadata.seq_lens, self.scale, out)
+        step.run(query[:T], key_cache, value_cache, attn_metadata.block_table, attn_metadata.seq_lens, self.scale, out,
+                 k_scale=k_scale, v_scale=v_scale)
         return output
+
+    def _flash_attention(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
+                         output_block_scale):
+        """vLLM's FlashAttention path, with the query quantised as vLLM's layer would have for an FP8 cache."""
+        if not self._fa_quant_query:
+            return super().forward(layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
+                                   output_block_scale)
+        fp8 = torch.float8_e4m3fn
+        scale = layer._q_scale.float()
+        if scale.numel() > 1:  # one scale per KV head, shared by its query heads
+            scale = scale.repeat_interleave(self.num_heads // scale.numel()).view(1, -1, 1)
+        limit = torch.finfo(fp8).max
+        shaped = query.view(query.shape[0], self.num_heads, self.head_size).float()
+        quantised = (shaped / scale).clamp(-limit, limit).to(fp8).view(query.shape)
+        self.supports_quant_query_input = True
+        try:
+            return super().forward(layer, quantised, key, value, kv_cache, attn_metadata, output, output_scale,
+                                   output_block_scale)
+        finally:
+            self.supports_quant_query_input = False

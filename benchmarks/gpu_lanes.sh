@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One GPU machine of 4 GPUs for issues #31 and #32, in few calls (the device tool's budget): independent
+# single-GPU benchmarks run side by side, one per GPU ("lanes"), then the multi-GPU runs. After the bundle
+# of deploy/gpu_bundle.sh is in /tmp/vl (docs/gpu.md), from the checkout's root:
+#   STAGES="setup" bash benchmarks/gpu_lanes.sh        # unpack, import check, GPU kernel tests
+#   STAGES="single" bash benchmarks/gpu_lanes.sh       # #31: Monkeys 1B / 8B tables, levers, FP8 parity, product path
+#   STAGES="multi_a" bash benchmarks/gpu_lanes.sh      # #32: data parallel 1 and 2 GPUs, TP parity, the sweep on one GPU
+#   STAGES="multi_b" bash benchmarks/gpu_lanes.sh      # #32: data parallel 4 GPUs, the sweep on 4 GPUs, a worker killed
+#   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # #32: the 70B shape at tensor parallel 4, ours vs vLLM's attention
+# Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+PY=${PYTHON:-python3}
+GSM=${GSM:-.devcarry/gsm8k_test.jsonl}
+CACHE=/tmp/engine_cache
+T=${T_STAGE:-560}   # seconds a lane may run
+lane() {  # lane NAME GPUS CMD...: run CMD on GPUS in the background, its output in $W/NAME.log
+  local name=$1 gpus=$2; shift 2
+  ( export CUDA_VISIBLE_DEVICES=$gpus; t0=$(date +%s); timeout "$T" "$@" > "$W/$name.log" 2>&1; rc=$?
+    echo "== lane $name (GPU $gpus): exit $rc, $(( $(date +%s) - t0 )) s" >> "$W/lanes.txt" ) &
+}
+summary() { grep -hE '^\{"model"|"lever"|speed-up|positions_identical|fp8_speed|"tok_s"|ratio|engine_start_s|FAILED|passed|failed|Error' "$@" 2>/dev/null | cut -c1-400 | tail -60; }
+for s in ${STAGES:-setup}; do
+  W=/tmp/work_$s; mkdir -p "$W"; t0=$(date +%s)
+  case $s in
+    setup)
+      if ls /tmp/vl/pack.part* >/dev/null 2>&1 && [ ! -f /tmp/vl/.unpacked ]; then
+        cat /tmp/vl/pack.part* | tar -x -C /tmp/vl && touch /tmp/vl/.unpacked
+      fi
+      BUNDLE=/tmp/vl bash deploy/gpu_setup.sh 2>&1 | tee "$W/setup.log"
+      nvidia-smi -L | tee -a "$W/setup.log"
+      $PY -c "from monkeybarrel.core.models import resolve_model; print(resolve_model('/tmp/smol.gguf'))" 2>&1 | tail -1
+      $PY benchmarks/model_shapes.py 1b --tokenizer /tmp/tokenizer --out /tmp/gpu_model_1b
+      CUDA_VISIBLE_DEVICES=0 MONKEYBARREL_GPU_MODEL=/tmp/gpu_model_1b timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider \
+        -k "fp8 or replayed or layout0" tests/test_kernels_paged.py 2>&1 | tee "$W/tests.log" | tail -5 ;;
+    single)
+      M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE"
+      lane mk1b 0 $M --presets 1b --n 1b:64 --workdir "$W/1b" --out "$W/monkeys_1b.json"
+      lane mk8b 1 $M --presets 8b --n 8b:32 --columns ours,vllm_default --levers no_primer,unseeded \
+        --lever-variants fixed --restart --workdir "$W/8b" --out "$W/monkeys_8b.json"
+      lane mk8bt 2 $M --presets 8b --n 8b:32 --columns vllm_tuned --levers fp8,fp8_seqs4096 \
+        --lever-variants fixed --workdir "$W/8bt" --out "$W/monkeys_8b_tuned.json"
+      lane product 3 bash -c "$PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k $GSM \
+          --out $W/parity_fp8.json; $PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer \
+          --problems 64 --samples 64 --max-tokens 128 --shots 16 --variants direct-vllm,direct \
+          --baseline direct-vllm --engine-cache $CACHE --workdir $W/product --out $W/product_path.json"
+      wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
+    multi_a)  # Ray's local instances start side by side here (dp1, dp2): each driver starts its own
+      R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
+         --max-tokens 64 --shots 4 --engine-cache $CACHE"
+      SW="$PY benchmarks/sweep_gpus.py --out /tmp/sweep_gpus --tokenizer /tmp/tokenizer --gsm8k $GSM --problems 32 --samples 16 --max-tokens 128"
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 200 $SW --gpus 4 --part build,warm > "$W/sweep_warm.log" 2>&1
+      lane dp1 0 $R --variants ray-1 --workdir "$W/dp1" --out "$W/dp_1.json"; p1=$!
+      lane dp2 1,2 $R --variants ray-2g --workdir "$W/dp2" --out "$W/dp_2.json"; p2=$!
+      lane sweep1 3 $SW --gpus 1 --part one
+      wait $p1 $p2
+      lane tpparity 0,1 $PY benchmarks/greedy_parity.py --mode tp --gguf /tmp/smol.gguf --gsm8k $GSM --out "$W/parity_tp.json"
+      wait; cp /tmp/sweep_gpus/sweep_gpus.json /tmp/sweep_gpus/*.log "$W/" 2>/dev/null
+      cat "$W/lanes.txt"; summary "$W"/*.log ;;
+    multi_b)
+      R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
+         --max-tokens 64 --shots 4 --engine-cache $CACHE"
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 200 $R --variants ray-4g --workdir "$W/dp4" --out "$W/dp_4.json" > "$W/dp4.log" 2>&1
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 150 $PY benchmarks/sweep_gpus.py --out /tmp/sweep_gpus --gpus 4 --part many \
+        > "$W/sweep4.log" 2>&1
+      CUDA_VISIBLE_DEVICES=0,1,2,3 MONKEYBARREL_GPU_MODEL=/tmp/gpu_model_1b MONKEYBARREL_RAY_WORKERS=4 timeout 150 \
+        $PY -m pytest -q -s -m gpu -p no:cacheprovider tests/test_samplers_ray_gpu.py > "$W/kill4.log" 2>&1
+      cp /tmp/sweep_gpus/sweep_gpus.json /tmp/sweep_gpus/*.log "$W/" 2>/dev/null
+      summary "$W"/*.log; grep -h "ray kill test\|sweep_scaling\|passed\|failed" "$W"/*.log | tail -8 ;;
+    tp70b)
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout "$T" $PY benchmarks/vllm_attention_auto.py --presets 70b --tp 4 --once \
+        --same-engine --jobs "${JOBS70:-8x128x2048x128,32x64x1024x128,256x1x2048x128}" \
+        --out "$W/tp4_70b.json" > "$W/tp70b.log" 2>&1
+      grep -vE "^(INFO|WARNING|DEBUG|\(EngineCore|\(Worker|\(raylet|\(pid=)" "$W/tp70b.log" | tail -25 ;;
+  esac
+  tar -C "$W" --exclude='model_*' --exclude='*.safetensors' -cJf "$OUT/$s.tar.xz" . 2>/dev/null
+  echo "== stage $s: $(( $(date +%s) - t0 ))s"
+done

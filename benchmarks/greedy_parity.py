@@ -1,0 +1,208 @@
+"""Greedy tokens of a real model through our attention: FP8 against bf16 KV, tensor parallel 2 against 1 (#31, #32).
+
+The model is the embedded SmolLM2-135M-Instruct (its GGUF, converted once by ``core.models.resolve_model``).
+Prompts: ``--prompts`` GSM8K questions behind a shared 4-shot header (so decode steps run the kernel's
+shared-prefix path), 4 greedy samples each (one group of 4 per prompt), ``--max-tokens`` new tokens,
+``attention: monkeybarrel`` forced, ``dtype`` bfloat16.
+
+- ``--mode fp8``: ``kv_cache_dtype: auto`` (bf16) against ``fp8`` (e4m3, scale 1.0), each a fresh engine;
+  also our kernel's speed on an FP8 cache against a bf16 cache (CUDA-graph replay of one decode step at
+  the 8B shape's attention, 1,024 sequences in 16 groups).
+- ``--mode tp``: tensor parallel 1 against 2. SmolLM2-135M has 9 query and 3 KV heads, which two GPUs
+  cannot split, so both runs use the same function-preserving widening of its attention: 12 query and 4
+  KV heads, the added heads' q/k/v rows and o_proj columns zero (their output is multiplied by zero), the
+  original weights untouched.
+
+Figures: positions where the two runs' tokens are identical / all positions (free-running greedy, so a
+sequence that diverges once counts its remaining positions as different), sequences identical to the
+end, and the first divergence of each sequence that diverges.
+
+    python benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k FILE --out parity_fp8.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def widen_heads(model_dir: Path, out: Path, q_heads: int, kv_heads: int) -> Path:
+    """``model_dir`` with its attention widened to ``q_heads``/``kv_heads`` by zero heads (same function)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((model_dir / "config.json").read_text())
+    d = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    hq, hkv = config["num_attention_heads"], config["num_key_value_heads"]
+    if q_heads % kv_heads or q_heads // kv_heads != hq // hkv:
+        raise ValueError(f"keep the group size {hq // hkv}: {q_heads}/{kv_heads} heads do not")
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    widened = {}
+    for name, w in weights.items():
+        if name.endswith("self_attn.q_proj.weight"):
+            w = torch.cat([w, w.new_zeros((q_heads - hq) * d, w.shape[1])])
+        elif name.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight")):
+            w = torch.cat([w, w.new_zeros((kv_heads - hkv) * d, w.shape[1])])
+        elif name.endswith("self_attn.o_proj.weight"):
+            w = torch.cat([w, w.new_zeros(w.shape[0], (q_heads - hq) * d)], dim=1)
+        widened[name] = w.contiguous()
+    save_file(widened, str(out / "model.safetensors"))
+    for f in model_dir.iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and f.name != "config.json":
+            (out / f.name).write_bytes(f.read_bytes())
+    config.update(num_attention_heads=q_heads, num_key_value_heads=kv_heads, head_dim=d)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def prompts(gsm8k: Path, count: int) -> list[str]:
+    rows = [json.loads(x) for x in gsm8k.read_text().splitlines() if x.strip()]
+    header = "".join(f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in rows[-4:])
+    return [header + f"Question: {r['question']}\nAnswer:" for r in rows[:count]]
+
+
+def generate(spec: dict) -> dict:
+    """One engine (in this process): greedy tokens of every prompt's 4 samples."""
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    from vllm import LLM, SamplingParams
+
+    from monkeybarrel.samplers.vllm_engine import engine_arguments
+
+    args = engine_arguments("monkeybarrel", {"dtype": "bfloat16", "max_model_len": 2048, "enable_prefix_caching": True,
+                                             "gpu_memory_utilization": spec.get("memory", 0.3),
+                                             "max_num_seqs": 512, **spec["engine"]})
+    stats = Path(tempfile.mkdtemp()) / "attention_stats.json"
+    os.environ["MONKEYBARREL_ATTENTION_STATS"] = str(stats)  # the engine process writes its counters there
+    started = time.perf_counter()
+    llm = LLM(model=spec["model"], seed=0, **args)
+    start_s = time.perf_counter() - started
+    params = SamplingParams(n=4, temperature=0.0, max_tokens=spec["max_tokens"], detokenize=False)
+    outs = llm.generate(spec["prompts"], params, use_tqdm=False)
+    tokens = [[list(c.token_ids) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outs]
+    counters = json.loads(stats.read_text()) if stats.exists() else {}
+    return {"tokens": tokens, "engine_start_s": round(start_s, 1), "attention_stats": counters}
+
+
+def compare(a: list[list[list[int]]], b: list[list[list[int]]]) -> dict:
+    """Position-wise agreement of two runs' greedy tokens (first sample of each prompt; all samples too)."""
+    same = total = whole = 0
+    first = []
+    for ra, rb in zip(a, b):
+        for sa, sb in zip(ra, rb):
+            length = max(len(sa), len(sb))
+            agree = sum(x == y for x, y in zip(sa, sb))
+            same, total = same + agree, total + length
+            if sa == sb:
+                whole += 1
+            else:
+                first.append(next((i for i, (x, y) in enumerate(zip(sa, sb)) if x != y), min(len(sa), len(sb))))
+    sequences = sum(len(r) for r in a)
+    return {"positions_identical": round(same / max(total, 1), 5), "positions": total,
+            "sequences_identical": whole, "sequences": sequences, "first_divergence": sorted(first)}
+
+
+def kernel_speed() -> dict:
+    """One decode step of our kernel at the 8B attention shape (32/8 heads, D 128), 16 groups x 64 sequences on
+    1,024-token prompts with 128-token suffixes: bf16 cache against FP8, CUDA-graph replay, median of 50."""
+    import numpy as np
+    import torch
+
+    from monkeybarrel.kernels.paged_launch import PagedWorkspace
+
+    T, Hq, Hkv, D, bs, P, S = 1024, 32, 8, 128, 16, 1024, 128
+    rng = np.random.default_rng(0)
+    blocks_p, blocks_s = P // bs, S // bs
+    table = np.zeros((T, blocks_p + blocks_s), np.int32)
+    ids = iter(rng.permutation(np.arange(1, 16 * blocks_p + T * blocks_s + 1)))
+    for g in range(16):
+        prompt = [next(ids) for _ in range(blocks_p)]
+        for m in range(64):
+            table[g * 64 + m] = prompt + [next(ids) for _ in range(blocks_s)]
+    lens = np.full(T, P + S, np.int32)
+    n_blocks = int(table.max()) + 1
+    q = torch.randn(T, Hq, D, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(n_blocks, bs, Hkv, 2 * D, device="cuda", dtype=torch.bfloat16)
+    bt, sl = torch.as_tensor(table, device="cuda"), torch.as_tensor(lens, device="cuda")
+    result = {"shape": {"T": T, "Hq": Hq, "Hkv": Hkv, "D": D, "prompt": P, "suffix": S, "groups": 16}}
+    for name, cache in (("bf16", kv), ("fp8", kv.to(torch.float8_e4m3fn))):
+        k, v = cache[..., :D], cache[..., D:]
+        ws = PagedWorkspace(T, Hq, Hkv, D, q.device)
+        step = ws.step(T)
+        step.load(ws.plan(table, lens, bs))
+        out = torch.empty_like(q)
+        for _ in range(3):
+            step.run(q, k, v, bt, sl, D ** -0.5, out)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step.run(q, k, v, bt, sl, D ** -0.5, out)
+        times = []
+        for _ in range(50):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            graph.replay()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b) * 1000)
+        result[f"{name}_us"] = round(float(np.median(times)), 1)
+    result["fp8_speed_vs_bf16"] = round(result["bf16_us"] / result["fp8_us"], 3)
+    return result
+
+
+def spawn(spec: dict) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--engine", json.dumps(spec)], capture_output=True, text=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode or line is None:
+        sys.stderr.write(proc.stderr[-6000:])
+        raise SystemExit(f"engine {spec['engine']} failed (exit {proc.returncode})")
+    return json.loads(line[7:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("fp8", "tp"), default="fp8")
+    ap.add_argument("--gguf", default="smollm2-135m-instruct", help="the embedded model (a .gguf path on the GPU machine)")
+    ap.add_argument("--gsm8k", type=Path, default=ROOT.parent / "shared/data/gsm8k/test.jsonl")
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--engine", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.engine:
+        print("RESULT " + json.dumps(generate(json.loads(args.engine))), flush=True)
+        return
+    from monkeybarrel.core.models import resolve_model
+
+    model = Path(resolve_model(args.gguf))
+    base = {"prompts": prompts(args.gsm8k, args.prompts), "max_tokens": args.max_tokens}
+    if args.mode == "fp8":
+        runs = {"bf16": spawn({**base, "model": str(model), "engine": {}}),
+                "fp8": spawn({**base, "model": str(model), "engine": {"kv_cache_dtype": "fp8"}})}
+        report = {"mode": "fp8", **compare(runs["bf16"]["tokens"], runs["fp8"]["tokens"]), "kernel": kernel_speed()}
+    else:
+        wide = widen_heads(model, Path("/tmp/smollm2_wide"), 12, 4)
+        runs = {"tp1": spawn({**base, "model": str(wide), "engine": {}}),
+                "tp2": spawn({**base, "model": str(wide), "engine": {"tensor_parallel_size": 2}})}
+        report = {"mode": "tp", **compare(runs["tp1"]["tokens"], runs["tp2"]["tokens"])}
+    report["runs"] = {k: {"engine_start_s": v["engine_start_s"], "attention_stats": v["attention_stats"]}
+                      for k, v in runs.items()}
+    report.update(prompts=args.prompts, max_tokens=args.max_tokens, model=args.gguf)
+    print(json.dumps({k: v for k, v in report.items() if k != "first_divergence"}, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
