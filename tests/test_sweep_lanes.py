@@ -52,7 +52,7 @@ def unique_keys(store: Path) -> Counter:
 def test_two_engine_groups_run_side_by_side_on_two_slots_one_engine_start_each(tmp_path, capsys):
     sweep_file = write_sweep(tmp_path / "grid.yaml", [{"generators[0].options.max_batch": [16, 32]},
                                                       {"generators[0].temperature": [0.3, 1.0]}],
-                             problems=3, max_tokens=16)
+                             problems=2, max_tokens=12)
     out = tmp_path / "sweep"
     assert main(["sweep", str(sweep_file), "--out", str(out), "--gpus", "2", "--no-progress"]) == 0
     printed = capsys.readouterr().out

@@ -76,8 +76,8 @@ class Probe:
     auth: str = ""
 
     def describe(self) -> str:
-        if self.nodes is None:
-            return f"ray client server {self.target} answers"
+        if self.nodes is None:  # a Ray Client server, or a GCS asked without grpcio: it answers, no more is known
+            return f"ray {self.auth or 'client server'} {self.target} answers"
         return (f"ray cluster {self.target}: {self.nodes} node{'s' if self.nodes != 1 else ''}, {self.cpus:g} CPUs, "
                 f"{self.gpus:g} GPUs ({self.auth})")
 
@@ -99,9 +99,7 @@ def probe(address: str, timeout_s: float = TIMEOUT_S) -> Probe:
     if address.startswith("ray://"):
         return _check_client(address, timeout_s)
     try:
-        import grpc
         from ray._private.services import canonicalize_bootstrap_address
-        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
     except ImportError as exc:
         raise ClusterError(f"the ray backend needs Ray: `pip install 'monkeybarrel[ray]'` ({exc})") from None
     try:
@@ -110,6 +108,14 @@ def probe(address: str, timeout_s: float = TIMEOUT_S) -> Probe:
         raise ClusterError(f"Ray cluster {address!r}: {' '.join(str(exc).split())[:300]}") from None
     if target is None:
         raise ClusterError(f"Ray cluster {address!r}: no running cluster found (start one with `ray start --head`)")
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:  # Ray without its default extra: whether the GCS answers at all, not who it lets in
+        host, _, port = target.rpartition(":")
+        _connect(f"Ray cluster {target}", host, int(port), timeout_s)
+        return Probe(target, auth="cluster (authentication not checked: grpcio is missing; "
+                                  "pip install 'monkeybarrel[ray]')")
     token, source = auth_token(address)
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     with grpc.insecure_channel(target) as channel:
@@ -145,12 +151,18 @@ def _check_client(address: str, timeout_s: float) -> Probe:
     """A Ray Client address (``ray://host:port``): its server must accept a connection."""
     host, _, port = address[len("ray://"):].partition(":")
     try:
-        with socket.create_connection((host, int(port or 10001)), timeout=timeout_s):
-            pass
-    except (OSError, ValueError) as exc:
-        raise ClusterError(f"Ray client server {address}: no answer ({exc}); is the cluster started with its "
-                           "client server (port 10001 by default) and is the address right?") from None
+        _connect(f"Ray client server {address}", host, int(port or 10001), timeout_s)
+    except ValueError:
+        raise ClusterError(f"Ray client server {address}: expected ray://host:port") from None
     return Probe(address)
+
+
+def _connect(what: str, host: str, port: int, timeout_s: float) -> None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ClusterError(f"{what}: no answer ({exc}); is it started and is the address right?") from None
 
 
 def wait_for_nodes(address: str, nodes: int, timeout_s: float) -> str:
