@@ -4,7 +4,8 @@
   rows of candidates that are not stored, stray temporaries, failed scores waiting for a retry. Changes nothing.
 * repair: a listed file that is gone is dropped from ``written.jsonl`` (what it held is redone by the
   next run); one that cannot be read (permissions, a directory in its place) moves to ``DIR/damaged/``
-  as it is; ``manifest.json`` is rebuilt from ``config.yaml`` and ``problems.parquet`` from the task
+  as it is; a folder that cannot be read is named and left to its owner (permissions are never
+  changed). ``manifest.json`` is rebuilt from ``config.yaml`` and ``problems.parquet`` from the task
   (``load_problems``) where they are gone. A Parquet file that fails to read moves to ``DIR/damaged/``
   and the row groups that still read are written back (the rest is redone by the next run); one that
   reads but whose bytes differ is written again; a JSON/YAML file that does not parse moves aside, a
@@ -66,8 +67,14 @@ def repair(directory: str | Path, load_problems: ProblemLoader | None = None) ->
                     actions.append(_repair_file(store, rel, problem))
                 except OSError as exc:
                     unfixed.add(rel)
-                    actions.append(f"{rel}: {problem}; could not be fixed ({one_line(exc)}): fix it (its permissions?) "
-                                   "and run `store repair` again")
+                    folder = _unreadable_folder(store, rel)
+                    if folder is None:
+                        actions.append(f"{rel}: {problem}; could not be fixed ({one_line(exc)}): fix it (its "
+                                       "permissions?) and run `store repair` again; left as it is")
+                    elif not any(line.startswith(f"{folder}/: ") for line in actions):
+                        actions.append(f"{folder}/: cannot be read, so neither can its files: give it back its "
+                                       f"permissions (chmod u+rwx {store.root / folder}) and run `store repair` again; "
+                                       "left as it is, with what it holds")
         actions += _restore(store, load_problems)
         skipped = {table_of(rel) for rel in unfixed}
         for name, schema in _KEYED_TABLES.items():
@@ -101,7 +108,9 @@ def _repair_file(store: ExperimentStore, rel: str, problem: str) -> str:
     Raises:
         OSError: it cannot be fixed (not even moved aside)."""
     path = store.root / rel
-    state = file_state(path) if os.path.lexists(path) else "missing"
+    state = file_state(path)
+    if state == "missing" and path.is_symlink():
+        state = "a dangling symbolic link"
     if rel == LIST_NAME:  # rebuilt from the store's file names by ``_relist`` (or the first write before it)
         if state not in (None, "missing"):
             target = store.root / "damaged" / f"{LIST_NAME}-{time.time_ns()}"
@@ -140,6 +149,19 @@ def _repair_file(store: ExperimentStore, rel: str, problem: str) -> str:
         return f"{rel}: {problem}; it still parses, kept as it is and listed again (compare it with what you expect)"
     target = store.move_aside(path)
     return f"{rel}: {problem}; moved to {store.relative(target)} (the next run writes it again)"
+
+
+def _unreadable_folder(store: ExperimentStore, rel: str) -> str | None:
+    """The outermost folder of ``rel`` (inside the store) that cannot be listed, or None."""
+    parts = rel.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        try:
+            os.listdir(store.root.joinpath(*parts[:depth]))
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return "/".join(parts[:depth])
+    return None
 
 
 def _restore(store: ExperimentStore, load_problems: ProblemLoader | None) -> list[str]:
@@ -235,7 +257,7 @@ def _relist(store: ExperimentStore, unfixed: set[str]) -> None:
     """Rewrite ``written.jsonl``: one entry per file of the store now there (all checked sound by repair), and
     the files that could not be fixed (so ``check`` names them again)."""
     listing = store.written.read()
-    files = {rel for rel in listing.files if (store.root / rel).is_file() or rel in unfixed}
+    files = {rel for rel in listing.files if rel in unfixed or file_state(store.root / rel) != "missing"}
     files |= {store.relative(p) for kind in store.chunk_kinds() for p in store.chunk_paths(kind)}
     store.written.rewrite({rel: digest_if_readable(store.root / rel) for rel in sorted(files)})
 

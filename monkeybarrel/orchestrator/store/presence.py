@@ -87,7 +87,8 @@ def require_intact(directory: str | Path, exempt: tuple[str, ...] = ()) -> None:
         rel, what = next(iter(lost.items()))
         more = f"; {len(lost) - 1} more file(s) are gone" if len(lost) > 1 else ""
         raise StoreError(f"{store.root / rel}: {what}{more}. `monkeybarrel store check {store.root}` names every "
-                         f"one; `monkeybarrel store repair {store.root}` drops what they held, which the next run redoes")
+                         f"one; `monkeybarrel store repair {store.root}` drops them or sets them aside, and the next "
+                         "run redoes what they held")
 
 
 def _required(store: ExperimentStore, listing: Listing) -> list[str]:

@@ -77,8 +77,8 @@ def is_legacy_store(root: Path) -> bool:
 
 
 def list_lost(root: Path) -> bool:
-    """Is the ``written.jsonl`` of a store that keeps one gone (its manifest names the list)?"""
-    return not os.path.lexists(root / LIST_NAME) and LIST_KEY in _manifest(root)
+    """Is the ``written.jsonl`` of a store that keeps one (its manifest names the list) gone, or not a file?"""
+    return not (root / LIST_NAME).is_file() and LIST_KEY in _manifest(root)
 
 
 def legacy_files(root: Path) -> list[str]:
