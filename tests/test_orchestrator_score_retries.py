@@ -157,8 +157,8 @@ def test_a_verifier_that_always_raises_is_tried_a_bounded_number_of_times_then_f
             assert status == 1 and any(f"scores/v: {PROBLEMS * SAMPLES} failed score(s) wait for a retry (tried up to "
                                        f"{run} of {attempts} times" in line for line in lines), lines
         else:                # final: clean, the reason kept
-            assert status == 0 and f"scores/v: {PROBLEMS * SAMPLES} failed score(s) are final after {attempts} tries " \
-                   f"({error.split(': ')[0]}" in "\n".join(lines)
+            assert status == 0 and f"scores/v: {PROBLEMS * SAMPLES} failed score(s) are final (tried up to " \
+                   f"{attempts} times; {error.split(': ')[0]}" in "\n".join(lines)
     assert len(_calls(tmp_path)) == PROBLEMS * attempts     # one call per problem per run
     run_experiment(config, out, show_progress=False)        # bounded: a run after the last try asks nothing
     assert len(_calls(tmp_path)) == PROBLEMS * attempts and _failed_share(out) == 1.0
@@ -254,6 +254,20 @@ def test_failed_scores_of_an_older_store_stay_as_they_are(tmp_path: Path, capsys
         schema=older))
     run_experiment(config, out, show_progress=False)
     assert _calls(tmp_path) == [] and _failed_share(out) == 1.0 and _check_lines(out, capsys)[0] == 0
+
+
+def test_failures_of_a_verifier_taken_out_of_the_config_wait_for_nothing(tmp_path: Path, capsys):
+    config, out = _experiment(tmp_path, [_scripted(tmp_path, {"raise": "RuntimeError: down"}),
+                                         {"name": "has", "type": "has_answer"}])
+    run_experiment(config, out, show_progress=False)
+    assert _check_lines(out, capsys)[0] == 1
+    without = config.to_dict()
+    without["verifiers"] = without["verifiers"][1:]
+    run_experiment(ExperimentConfig.from_dict(without), out, show_progress=False)
+    status, lines = _check_lines(out, capsys)
+    assert status == 0 and f"scores/v: {PROBLEMS * SAMPLES} failed score(s) are final (tried up to 1 times; " \
+                           "RuntimeError: down)" in lines, lines
+    assert len(_calls(tmp_path)) == PROBLEMS
 
 
 # ---- a real judge server -------------------------------------------------------------------------

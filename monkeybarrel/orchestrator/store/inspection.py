@@ -82,7 +82,7 @@ class StoreHealth:
         out = [f"{kind}: {self.rows.get(kind, 0):,} rows in {self.chunks[kind]} chunk(s)" for kind in self.chunks]
         out += [f"{kind}: {n} row(s) superseded by a newer score of the same candidate (`store compact` drops them)"
                 for kind, n in self.superseded.items() if n]
-        out += [f"{kind}: {f.count} failed score(s) are final after {f.tries} tries ({f.reason})"
+        out += [f"{kind}: {f.count} failed score(s) are final (tried up to {f.tries} times; {f.reason})"
                 for kind, f in self.final.items()]
         return out + self.notes + (self.problems or ["no problems found"])
 
@@ -91,7 +91,8 @@ def check(directory: str | Path) -> StoreHealth:
     """Inspect a store without changing it (opens every file it lists, reads every byte of every file it holds)."""
     store = open_store(directory)
     listing = store.written.read()
-    health = StoreHealth(temporaries=store.temporaries(), score_attempts=score_attempts(store))
+    attempts, configured = retry_policy(store)
+    health = StoreHealth(temporaries=store.temporaries(), score_attempts=attempts)
     keys: dict[str, list[pa.Table]] = {}
     unreadable: set[str] = set()
     for rel, problem, table in inspect(store, listing):
@@ -112,7 +113,7 @@ def check(directory: str | Path) -> StoreHealth:
         health.rows[name] = table.num_rows
         if name.startswith("scores/"):
             health.superseded[name] = table.num_rows - newest_per_key(table).num_rows
-            _count_failures(health, name, parts)
+            _count_failures(health, name, parts, configured is None or name[len("scores/"):] in configured)
         elif name != "selections":
             health.duplicates[name] = table.num_rows - newest_per_key(table).num_rows
         if name != "candidates" and "candidates" not in unreadable:  # else every row would look orphaned
@@ -123,18 +124,22 @@ def check(directory: str | Path) -> StoreHealth:
     return health
 
 
-def score_attempts(store: ExperimentStore) -> int:
-    """``store.score_attempts`` of the stored config (its default where the config does not say or read)."""
+def retry_policy(store: ExperimentStore) -> tuple[int, set[str] | None]:
+    """``(store.score_attempts, names of the configured verifiers)`` of the stored config (the default and None
+    where it does not say or read): only configured verifiers try their failures again."""
     default = StoreSpec.model_fields["score_attempts"].default
     try:
-        value = (yaml.safe_load(store.config_path.read_text()) or {}).get("store", {}).get("score_attempts", default)
+        config = yaml.safe_load(store.config_path.read_text()) or {}
+        value = config.get("store", {}).get("score_attempts", default)
+        names = {str(v.get("name")) for v in config.get("verifiers") or []}
     except (OSError, ValueError, yaml.YAMLError, AttributeError):
-        return default
-    return value if isinstance(value, int) and value >= 1 else default
+        return default, None
+    return (value if isinstance(value, int) and value >= 1 else default), names
 
 
-def _count_failures(health: StoreHealth, kind: str, parts: list[pa.Table]) -> None:
-    """Count ``kind``'s failed scores (newest row per candidate) into ``health.waiting`` and ``health.final``."""
+def _count_failures(health: StoreHealth, kind: str, parts: list[pa.Table], configured: bool) -> None:
+    """Count ``kind``'s failed scores (newest row per candidate) into ``health.waiting`` and ``health.final``
+    (all final for a verifier the config no longer has)."""
     columns = [*CANDIDATE_KEY, *_RETRY_COLUMNS]
     schema = pa.schema([SCORE_SCHEMA.field(name) for name in columns])
     tables = []
@@ -147,7 +152,8 @@ def _count_failures(health: StoreHealth, kind: str, parts: list[pa.Table]) -> No
     failed = newest.filter(pc.is_valid(newest.column("failed_attempts")))
     tries = np.asarray(failed.column("failed_attempts").to_numpy(zero_copy_only=False))
     reasons = failed.column("error").to_pylist()
-    for target, mask in ((health.waiting, tries < health.score_attempts), (health.final, tries >= health.score_attempts)):
+    waits = (tries < health.score_attempts) & configured
+    for target, mask in ((health.waiting, waits), (health.final, ~waits)):
         if mask.any():
             reason, _ = Counter(str(r) for r, m in zip(reasons, mask) if m).most_common(1)[0]
             target[kind] = FailedScores(int(mask.sum()), int(tries[mask].max()), " ".join(reason.split())[:200])
