@@ -72,8 +72,8 @@ def main() -> None:
         def reply(self, status: int, payload: dict) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            for header, value in (("Content-Type", "application/json"), ("Content-Length", str(len(data)))):
+                self.send_header(header, value)
             self.end_headers()
             self.wfile.write(data)
 

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import tiny_config
+from test_orchestrator_verifier_records import Doubler  # noqa: F401  (registers _test_doubler, a reader)
 
 from monkeybarrel.core.config import ExperimentConfig
 from monkeybarrel.core.records import SCORE_SCHEMA, Candidate, Problem, candidates_to_table
@@ -84,22 +85,6 @@ class Scripted(Verifier):
             elif candidate.sample_index in plan.get("abstain", []):
                 scores[row], reasons[row] = np.nan, "nothing to judge"
         return scores, reasons
-
-
-@VERIFIERS.register("_test_sum_of")
-class SumOf(Verifier):
-    """An earlier verifier's score plus 10 (NaN where it has none): reads it."""
-
-    def __init__(self, name: str, source: str) -> None:
-        super().__init__(name)
-        self.source = source
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        return (self.source,)
-
-    def score(self, problem: Problem, candidates: Sequence[Candidate]) -> np.ndarray:
-        return self.provided(problem.problem_id, self.source)[0] + 10
 
 
 def _experiment(tmp_path: Path, verifiers: list[dict], attempts: int = 3) -> tuple[ExperimentConfig, Path]:
@@ -206,15 +191,15 @@ def test_per_candidate_failures_are_retried_alone_and_abstentions_never(tmp_path
 
 def test_a_whole_problem_verifier_rescores_the_problem_and_a_reader_of_a_retried_verifier_reads_it_again(tmp_path: Path):
     verifiers = [_scripted(tmp_path, {"fail": [1]}, whole_problem=True),
-                 {"name": "plus", "type": "_test_sum_of", "options": {"source": "v"}}]
+                 {"name": "double", "type": "_test_doubler", "options": {"source": "v"}}]
     config, out = _experiment(tmp_path, verifiers)
     run_experiment(config, out, show_progress=False)
-    plus = _state(out, "plus")
-    assert all(np.isnan(plus[p * 10 + 1][0]) and plus[p * 10][0] == 11.0 for p in range(PROBLEMS))
+    double = _state(out, "double")
+    assert all(np.isnan(double[p * 10 + 1][0]) and double[p * 10][0] == 2.0 for p in range(PROBLEMS))
     (tmp_path / "plan.json").write_text(json.dumps({}))
     run_experiment(config, out, show_progress=False)
     assert [indices for _, indices in _calls(tmp_path)[PROBLEMS:]] == [[0, 1]] * PROBLEMS   # the whole problem
-    assert all(_state(out, "plus")[p * 10 + i][0] == 11.0 + i for p in range(PROBLEMS) for i in range(SAMPLES))
+    assert all(_state(out, "double")[p * 10 + i][0] == 2.0 * (1 + i) for p in range(PROBLEMS) for i in range(SAMPLES))
     assert not check(out).problems and not check(out).waiting
 
 

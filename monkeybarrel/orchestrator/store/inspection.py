@@ -140,6 +140,9 @@ def retry_policy(store: ExperimentStore) -> tuple[int, set[str] | None]:
 def _count_failures(health: StoreHealth, kind: str, parts: list[pa.Table], configured: bool) -> None:
     """Count ``kind``'s failed scores (newest row per candidate) into ``health.waiting`` and ``health.final``
     (all final for a verifier the config no longer has)."""
+    if not any("failed_attempts" in part.column_names and part.column("failed_attempts").null_count < part.num_rows
+               for part in parts):
+        return  # (no failure: no newest-row search over the scores)
     columns = [*CANDIDATE_KEY, *_RETRY_COLUMNS]
     schema = pa.schema([SCORE_SCHEMA.field(name) for name in columns])
     tables = []

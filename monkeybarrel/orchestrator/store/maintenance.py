@@ -112,11 +112,12 @@ def _repair_file(store: ExperimentStore, rel: str, problem: str) -> str:
     if state == "missing" and path.is_symlink():
         state = "a dangling symbolic link"
     if rel == LIST_NAME:  # rebuilt from the store's file names by ``_relist`` (or the first write before it)
-        if state not in (None, "missing"):
-            target = store.root / "damaged" / f"{LIST_NAME}-{time.time_ns()}"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            path.replace(target)
-        return f"{rel}: {problem}; rewritten from the files present"
+        if state in (None, "missing"):
+            return f"{rel}: {problem}; rewritten from the files present"
+        target = store.root / "damaged" / f"{LIST_NAME}-{time.time_ns()}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.replace(target)
+        return f"{rel}: {problem}; moved to {store.relative(target)} as it is, and rewritten from the files present"
     if state == "missing" and rel == "config.yaml":
         return f"{rel}: {problem}; cannot be rebuilt here: the next `monkeybarrel run CONFIG --out {store.root}` writes it"
     if state == "missing":

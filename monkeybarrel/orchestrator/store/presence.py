@@ -3,10 +3,11 @@
 ``written.jsonl`` lists every file the store wrote and every file it deleted (``written.py``), so a
 listed file that is not there was lost (deleted by hand, by a disk, by a sync tool), and one that
 cannot be opened for reading (its permissions or its folder's, a directory or a FIFO in its place)
-is as good as lost. Besides, every store a run wrote (one with a manifest) has ``config.yaml``,
-``manifest.json``, ``problems.parquet`` and, where its manifest says it keeps one, ``written.jsonl``;
-once a run finished with candidates, ``answers.parquet`` and ``labels.parquet``. These are found
-also where the list is gone or never existed (an older store). Files set aside in ``damaged/`` may be deleted by the user.
+is as good as lost. Besides, every store a run wrote (its manifest records the run) has
+``config.yaml``, ``manifest.json``, ``problems.parquet`` and, where its manifest says it keeps one,
+``written.jsonl``; once a run finished with candidates, ``answers.parquet`` and ``labels.parquet``.
+These are found also where the list is gone or never existed (an older store). Files set aside in
+``damaged/`` may be deleted by the user.
 
 ``gone`` opens each file (it reads no byte: ``store check`` reads them all); ``require_intact`` is the
 quick test ``run`` and ``report`` make before they use a store, so a store that lost a file is
@@ -92,14 +93,15 @@ def require_intact(directory: str | Path, exempt: tuple[str, ...] = ()) -> None:
 
 
 def _required(store: ExperimentStore, listing: Listing) -> list[str]:
-    """The files this store must have: none before a manifest was written (a store written through the
-    API alone), then ``REQUIRED``, and ``LABELLED`` once a run finished with candidates."""
-    if "manifest.json" not in listing.files and not os.path.lexists(store.manifest_path):
-        return []
+    """The files this store must have: ``REQUIRED`` once its manifest records a run (none for a store written
+    through the API alone, or whose manifest is gone: that is named as a listed file), and ``LABELLED`` once
+    a run finished with candidates stored."""
     try:
-        runs = json.loads(store.manifest_path.read_text()).get("runs", [])
+        runs = json.loads(store.manifest_path.read_text()).get("runs") or []
     except (OSError, ValueError, AttributeError):
-        runs = []
+        return []
+    if not isinstance(runs, list) or not runs:
+        return []
     finished = any(isinstance(run, dict) and run.get("finished") for run in runs)
     has_candidates = any(rel.startswith("candidates/") for rel in listing.files) or bool(store.chunk_paths("candidates"))
     return [*REQUIRED, *(LABELLED if finished and has_candidates else ())]
