@@ -212,3 +212,29 @@ def test_a_folder_made_unreadable_is_named_and_left_to_its_owner_and_repair_goes
         assert faults.complete(work, CONFIG)
     finally:
         faults._writable(work)
+
+
+def test_several_losses_at_once_are_all_named_and_repaired_in_one_pass(stores, tmp_path: Path, config_file: Path):
+    work = tmp_path / "store"
+    shutil.copytree(stores["chunked"], work)
+    store = ExperimentStore(work)
+    unreadable = [work / "written.jsonl", store.chunk_paths("candidates")[0]]     # the list itself among them
+    deleted, replaced = work / "problems.parquet", work / "labels.parquet"   # (files every store has: named
+    # without the list, whereas a chunk deleted with the list unreadable could not be)
+    for path in unreadable:
+        path.chmod(0)
+    deleted.unlink()
+    replaced.unlink()
+    replaced.mkdir()
+    try:
+        checked = _cli("store", "check", str(work))
+        lost = [*unreadable, deleted, replaced]
+        assert checked.returncode == 1 and all(f"{p.relative_to(work).as_posix()}: " in checked.stdout for p in lost)
+        repaired = _cli("store", "repair", str(work))
+        assert repaired.returncode == 0 and "could not be fixed" not in repaired.stdout, repaired
+        assert all(f"{p.relative_to(work).as_posix()}: " in repaired.stdout for p in lost), repaired.stdout
+        assert main(["store", "check", str(work)]) == 0
+        assert main(["run", str(config_file), "--out", str(work), "--no-progress"]) == 0
+        assert faults.complete(work, CONFIG)
+    finally:
+        faults._writable(work)

@@ -61,7 +61,8 @@ def repair(directory: str | Path, load_problems: ProblemLoader | None = None) ->
     with RunLock(store.root, "store repair"):
         for tmp in store.remove_stale_temporaries():
             actions.append(f"removed leftover temporary {store.relative(tmp)}")
-        for rel, problem, _ in list(inspect(store)):
+        found = sorted(inspect(store), key=lambda item: item[0] != LIST_NAME)  # the list first: fixes write to it
+        for rel, problem, _ in found:
             if problem is not None:
                 try:
                     actions.append(_repair_file(store, rel, problem))

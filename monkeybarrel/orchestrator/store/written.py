@@ -3,8 +3,8 @@
 One JSON line per write, ``{"path": "candidates/part-….parquet", "bytes": 81234, "sha256": "…"}``
 (``path`` relative to the store, ``/``-separated), appended and fsynced *before* the file is renamed
 into place; one line ``{"path": …, "deleted": true}`` per file the store deletes (a compaction's old
-chunks, a changed verifier's scores, a file ``store repair`` sets aside), appended before the file
-goes. So a file at a listed path holds one of the contents listed for it (the one before a write
+chunks, a changed verifier's scores), appended before the file goes, or moves away (a file ``store
+repair`` sets aside), appended once it moved. So a file at a listed path holds one of the contents listed for it (the one before a write
 killed between the two steps, or the new one), and:
 
 * ``monkeybarrel store check`` finds damage anywhere in a file (its bytes no longer hash to what was
