@@ -23,7 +23,7 @@ unreadable; a directory or a symlink loop in its place) of every kind of file (a
 scores chunk, ``problems``/``answers``/``labels``/``selections.parquet``, ``config.yaml``,
 ``manifest.json``, ``metrics.json``, ``report.md``, ``written.jsonl``) in both base stores. Each trial
 asks whether ``store check`` names the file, ``report`` refuses the store (exit 2, one line naming
-the file), ``store repair`` finishes (exit 0), ``store check`` is clean after it, and ``monkeybarrel
+the file; or, for a file it derives from the others, writes it again), ``store repair`` finishes (exit 0), ``store check`` is clean after it, and ``monkeybarrel
 run`` (the CLI, as a user re-runs) completes the store. Run as root, the script re-executes itself
 under ``setpriv`` without the capabilities that read any file, so ``chmod 000`` means unreadable.
 ``--before DIR`` runs the same trials on an older checkout (``PYTHONPATH=DIR``, in a process of its
@@ -208,6 +208,8 @@ def bases(root: Path, config: ExperimentConfig) -> dict[str, Path]:
 LOSSES = ("deleted", "unreadable (chmod 000)", "folder unreadable (chmod 000)", "a directory in its place",
           "a symlink loop")
 UNREADABLE = ("unreadable (chmod 000)", "folder unreadable (chmod 000)")
+OUTPUTS = ("selections.parquet", "metrics.json", "report.md")
+"""Files ``report`` writes from the others: rebuilding one is as good as refusing the store."""
 LOST_FILES = {"candidates chunk": "candidates/part-*.parquet", "scores chunk": "scores/*/part-*.parquet",
               **{name: name for name in ("problems.parquet", "answers.parquet", "labels.parquet", "selections.parquet",
                                          "config.yaml", "manifest.json", "metrics.json", "report.md", "written.jsonl")}}
@@ -254,7 +256,8 @@ def run_loss_trial(trial: LossTrial, base: Path, work: Path, config: ExperimentC
     status, lines = cli("report", str(work))
     errors = [line for line in lines if line.startswith("error: ")]
     named = str(path.parent) if trial.loss.startswith("folder") else str(path)   # (any file of the folder)
-    trial.report_refused = status == 2 and len(errors) == 1 and named in errors[0]
+    rebuilt = status == 0 and trial.file in OUTPUTS and path.is_file() and os.access(path, os.R_OK)
+    trial.report_refused = (status == 2 and len(errors) == 1 and named in errors[0]) or rebuilt
     trial.repair_finished = cli("store", "repair", str(work))[0] == 0
     trial.clean_after_repair = cli("store", "check", str(work))[0] == 0
     cli("run", str(config_file), "--out", str(work), "--no-progress")
@@ -324,7 +327,8 @@ def without_read_override() -> str | None:
 def print_loss_table(after: list[LossTrial], before: list[LossTrial] | None) -> None:
     """One row per (loss, kind of file), counts over the base stores; ``before -> after`` where both ran."""
     steps = ("named", "report_refused", "repair_finished", "clean_after_repair", "complete_after_rerun")
-    heads = ("named by check", "report refused", "repair finished", "clean after repair", "re-run complete")
+    heads = ("named by check", "report refused (or rebuilt an output)", "repair finished", "clean after repair",
+             "re-run complete")
 
     def count(trials: list[LossTrial], loss: str, kind: str, step: str) -> str:
         rows = [t for t in trials if (t.loss, t.kind) == (loss, kind)]

@@ -97,6 +97,21 @@ def test_run_goes_ahead_without_the_files_it_writes_itself(stores, tmp_path: Pat
     assert faults.complete(work, CONFIG)
 
 
+def test_report_writes_again_the_outputs_it_derives_and_refuses_one_it_cannot_replace(stores, tmp_path: Path, capsys):
+    work = tmp_path / "store"
+    shutil.copytree(stores["compacted"], work)
+    for name in ("metrics.json", "selections.parquet", "report.md", "coverage.png"):
+        (work / name).unlink()
+    assert main(["store", "check", str(work)]) == 1
+    assert main(["report", str(work)]) == 0
+    assert main(["store", "check", str(work)]) == 0 and (work / "selections.parquet").is_file()
+    (work / "metrics.json").unlink()
+    (work / "metrics.json").mkdir()                                       # not missing: in the way
+    capsys.readouterr()
+    assert main(["report", str(work)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {work / 'metrics.json'}: not a file (a directory)")
+
+
 def test_a_store_that_lost_its_file_list_names_the_files_every_store_has(stores, tmp_path: Path, capsys):
     work = tmp_path / "store"
     shutil.copytree(stores["chunked"], work)

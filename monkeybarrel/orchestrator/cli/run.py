@@ -41,7 +41,7 @@ def run_config(config, out: Path | None, force: bool, progress: bool) -> int:
 
     out = out or Path(os.environ.get("MONKEYBARREL_OUT", "runs")) / config.name
     if not force:  # a store that lost a file is refused by name (``store repair`` first); --force discards it
-        require_intact(out, exempt=REWRITTEN_BY_RUN)
+        require_intact(out, missing_ok=REWRITTEN_BY_RUN)
     experiment = run_experiment(config, out, force=force, show_progress=progress)
     print_summary(experiment.metrics(), experiment.directory)
     return 0

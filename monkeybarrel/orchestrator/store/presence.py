@@ -28,8 +28,11 @@ REQUIRED = ("config.yaml", "manifest.json", "problems.parquet")
 """Files every store has (a run writes them before anything else)."""
 LABELLED = ("answers.parquet", "labels.parquet")
 """Tables every store has once a run finished with candidates stored (the label stage writes both)."""
-REWRITTEN_BY_RUN = ("config.yaml", "problems.parquet")
-"""Files a run writes from its own config and task before it reads anything: their loss does not stop it."""
+OUTPUTS = ("selections.parquet", "metrics.json", "report.md", "report.html", "coverage.png", "allocation.png",
+           "equal_compute.parquet", "export.csv", "export.jsonl")
+"""Files ``report`` (or ``export``) derives from the rest: missing, they stop nothing (``report`` writes them again)."""
+REWRITTEN_BY_RUN = ("config.yaml", "problems.parquet", *OUTPUTS)
+"""Files a run writes itself (its config and task's problems before it reads anything, the outputs at the end)."""
 
 
 def file_state(path: Path) -> str | None:
@@ -73,17 +76,18 @@ def gone(store: ExperimentStore, listing: Listing | None = None) -> dict[str, st
     return dict(sorted(found.items()))
 
 
-def require_intact(directory: str | Path, exempt: tuple[str, ...] = ()) -> None:
-    """Refuse (``StoreError``, one line naming the first file) a store that lost a file (``gone``), but
-    for the ``exempt`` relative paths; a directory that holds no store passes (its user says so).
+def require_intact(directory: str | Path, missing_ok: tuple[str, ...] = ()) -> None:
+    """Refuse (``StoreError``, one line naming the first file) a store that lost a file (``gone``), but for the
+    ``missing_ok`` relative paths when they are missing (not when unreadable: writing them would fail); a
+    directory that holds no store passes (its user says so).
 
-    ``run`` passes ``REWRITTEN_BY_RUN``; ``report`` exempts nothing."""
+    ``report`` passes ``OUTPUTS``, ``run`` ``REWRITTEN_BY_RUN``."""
     if not Path(directory).is_dir():  # (opening a store creates its directory)
         return
     store = ExperimentStore(directory)
     if not store.is_store():
         return
-    lost = {rel: what for rel, what in gone(store).items() if rel not in exempt}
+    lost = {rel: what for rel, what in gone(store).items() if not (rel in missing_ok and what.startswith("missing"))}
     if lost:
         rel, what = next(iter(lost.items()))
         more = f"; {len(lost) - 1} more file(s) are gone" if len(lost) > 1 else ""
