@@ -59,8 +59,9 @@ def build(directory: Path, problems: int, samples: int, seed: int = 0, chunks: i
     for name, quality in (("v1", 0.7), ("v2", 0.6)):
         scores = np.where(rng.random(n) < quality, correct, ~correct).astype(float) + rng.normal(0, 0.1, n)
         store.append_chunk(f"scores/{name}", pa.table({**keys, "verifier": np.full(n, name, dtype=object),
-                                                        "score": scores, "error": pa.nulls(n, pa.string())},
-                                                       schema=SCORE_SCHEMA))
+                                                        "score": scores, "error": pa.nulls(n, pa.string()),
+                                                        "failed_attempts": pa.nulls(n, pa.int32())},  # (older
+                                                       schema=SCORE_SCHEMA))   # checkouts ignore the column)
     store.write_table("answers", pa.table({**keys, "answer": answers}, schema=ANSWER_SCHEMA))
     store.write_table("labels", pa.table({**keys, "correct": correct}, schema=LABEL_SCHEMA))
 

@@ -136,7 +136,7 @@ def test_an_older_store_without_a_file_list_is_resumed_listed_and_discarded_by_i
     _prestored(out, problems=2, samples=2)
     config = ExperimentConfig.from_dict(tiny_config(problems=2, samples=2))
     run_experiment(config, out, show_progress=False)
-    (out / "written.jsonl").unlink()                        # as an older monkeybarrel left it
+    _as_older_store(out)                                    # as an older monkeybarrel left it
     mine = _with_user_files(out)
     assert main(["store", "check", str(out)]) == 0
     assert "no written.jsonl" in capsys.readouterr().out
@@ -148,6 +148,14 @@ def test_an_older_store_without_a_file_list_is_resumed_listed_and_discarded_by_i
     (out / "manifest.json").write_text(json.dumps({"config_hash": "x"}))
     (out / "written.jsonl").unlink()
     assert [p.relative_to(out).as_posix() for p in ExperimentStore(out).discard()] == mine   # names alone, no list
+
+
+def _as_older_store(out: Path) -> None:
+    """No ``written.jsonl``, and a manifest that does not name one (as monkeybarrel wrote before the list)."""
+    (out / "written.jsonl").unlink()
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["files_listed_in"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
 
 
 def test_store_check_repair_compact(tmp_path: Path, capsys):

@@ -116,6 +116,9 @@ class StoreSpec(_Strict):
     """Rows (candidates or scores) per chunk at most."""
     flush_seconds: float = Field(60.0, gt=0)
     """Finished candidates and scores are written at least this often."""
+    score_attempts: int = Field(3, ge=1)
+    """Times the verify stage tries a candidate a verifier failed on (one try per run: a resume tries again
+    what failed, e.g. while a judge server was down); then the failure is final, its reason kept."""
 
 
 class BudgetSpec(_Strict):

@@ -56,8 +56,13 @@ SCORE_SCHEMA = keyed_schema(
     pa.field("verifier", pa.string(), nullable=False),
     pa.field("score", pa.float64()),
     pa.field("error", pa.string()),
+    pa.field("failed_attempts", pa.int32()),
 )
-"""Long form of the score matrix as stored: one row per (candidate, verifier); NaN + error on failure."""
+"""Long form of the score matrix as stored: one row per (candidate, verifier); NaN + error where the verifier
+gives no score. ``failed_attempts``: how many times in a row the verifier *failed* on the candidate (an
+exception, a request or server that failed; ``verifiers.base.VerifierFailure``): the verify stage tries it
+again on the next run until ``store.score_attempts``; null for a score or an abstention (NaN + reason the
+verifier gives for good, e.g. no text to judge), never tried again. Stores written before the column read null."""
 
 ANSWER_SCHEMA = keyed_schema(pa.field("answer", pa.string()))
 """Label-free: the canonical final answer extracted from each candidate (null when none)."""

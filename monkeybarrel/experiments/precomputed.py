@@ -65,5 +65,6 @@ def write_precomputed(out_dir: str | Path, config: ExperimentConfig, problems: S
         values = np.asarray(values, dtype=np.float64)
         store.append_chunk(f"scores/{name}", pa.table({
             **key_columns, "verifier": [name] * n, "score": values,
-            "error": np.where(np.isnan(values), "missing in the released data", None).tolist()}, schema=SCORE_SCHEMA))
+            "error": np.where(np.isnan(values), "missing in the released data", None).tolist(),
+            "failed_attempts": [None] * n}, schema=SCORE_SCHEMA))
     return Experiment(out_dir)

@@ -2,7 +2,10 @@
 
 A verifier scores all candidates of one problem at once and returns one float per candidate
 (higher = more likely correct). Failures never propagate: ``score_safely`` turns an exception
-into NaN scores with the reason recorded. Verifiers see the problem without its reference
+into NaN scores with the reason recorded. A NaN is either an abstention (the verifier cannot judge the
+candidate, for good: no text, no Yes/No among a judge's top tokens) or a failure (an exception, a
+request or server that failed, marked ``VerifierFailure``), which the verify stage tries again on
+the next run (``store.score_attempts`` times in all). Verifiers see the problem without its reference
 answer unless they declare ``uses_reference = True``; such verifiers produce ground-truth labels
 (e.g. hidden unit tests), which are kept out of label-free selection.
 
@@ -25,6 +28,13 @@ from ..core.records import Candidate, Problem
 from ..core.registry import Registry
 
 VERIFIERS: Registry["Verifier"] = Registry("verifier", package="monkeybarrel.verifiers")
+
+
+class VerifierFailure(str):
+    """A reason for a NaN that says the verifier failed on the candidate (an exception, a request or a
+    server that failed), not that it cannot judge it: the verify stage tries the candidate again on the
+    next run. Return it from ``score_detailed`` for per-candidate failures; ``score_safely`` marks an
+    exception's message with it for the whole batch."""
 
 
 class Verifier(ABC):
@@ -77,7 +87,8 @@ class Verifier(ABC):
     def score_detailed(self, problem: Problem, candidates: Sequence[Candidate]) -> tuple[np.ndarray, list[str | None]]:
         """Scores plus a per-candidate reason for each NaN (None when scored or no reason is known).
 
-        Override it instead of ``score`` to record why single candidates could not be scored.
+        Override it instead of ``score`` to record why single candidates could not be scored; a reason
+        that is a ``VerifierFailure`` (a failed request) has the candidate scored again on the next run.
         """
         return self.score(problem, candidates), [None] * len(candidates)
 
@@ -86,14 +97,14 @@ class Verifier(ABC):
         return problem if self.uses_reference else replace(problem, reference_answer=None)
 
     def score_safely(self, problem: Problem, candidates: Sequence[Candidate]) -> tuple[np.ndarray, list[str | None]]:
-        """Scores plus a per-candidate error (None when scored); never raises."""
+        """Scores plus a per-candidate error (None when scored; a ``VerifierFailure`` when it failed); never raises."""
         try:
             scores, reasons = self.score_detailed(self.visible_problem(problem), candidates)
             scores = np.asarray(scores, dtype=np.float64)
             if scores.shape != (len(candidates),) or len(reasons) != len(candidates):
                 raise ValueError(f"returned shape {scores.shape}, expected ({len(candidates)},)")
         except Exception as exc:
-            message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            message = VerifierFailure("".join(traceback.format_exception_only(type(exc), exc)).strip())
             return np.full(len(candidates), np.nan), [message] * len(candidates)
         errors = [None if np.isfinite(s) else (reason or "no score") for s, reason in zip(scores, reasons)]
         return scores, errors

@@ -3,8 +3,9 @@
 Same prompt and read-out as ``llm_judge``, for large judges served on a cluster: one
 ``/chat/completions`` request per candidate with ``max_tokens=1`` and ``top_logprobs``; P("Yes")
 sums the probabilities of the Yes-like tokens among the top ones. Requests run concurrently through
-``kits.chat.ChatEndpoint`` (time-outs; retries on connection errors, 408/409/429/5xx, ``Retry-After``). A candidate whose request keeps failing, or whose
-top tokens hold neither Yes nor No, scores NaN (recorded as a failure, never a lost run).
+``kits.chat.ChatEndpoint`` (time-outs; retries on connection errors, 408/409/429/5xx, ``Retry-After``). A candidate whose request keeps failing
+scores NaN as a failure (``VerifierFailure``: the next run asks again); one whose top tokens hold
+neither Yes nor No scores NaN as an abstention. Never a lost run.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..core.records import Candidate, Problem
 from ..kits.chat import ChatEndpoint
-from .base import VERIFIERS, Verifier
+from .base import VERIFIERS, Verifier, VerifierFailure
 from .judge_prompt import DEFAULT_TEMPLATE, NO_WORDS, YES_WORDS, check_template, judge_messages, judgeable, yes_probability
 
 
@@ -82,7 +83,7 @@ class OpenAIJudge(Verifier):
             raise failures[0]
         for row, result in zip(rows, results):
             if isinstance(result, EndpointError):
-                reasons[row] = str(result)
+                reasons[row] = VerifierFailure(result)
             elif math.isnan(result):
                 reasons[row] = f"neither Yes nor No among the top {self.top_logprobs} first tokens"
             else:

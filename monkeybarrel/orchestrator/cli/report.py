@@ -18,8 +18,10 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment import Experiment
     from ..runner import evaluate_and_report
     from ..store.lock import RunLock
+    from ..store.presence import OUTPUTS, require_intact
     from .output import print_summary
 
+    require_intact(args.directory, missing_ok=OUTPUTS)  # a store that lost data is refused by name, never reported partially
     experiment = Experiment(args.directory)
     with RunLock(experiment.directory, "report"):
         metrics = evaluate_and_report(experiment, equal_compute=args.equal_compute or None)

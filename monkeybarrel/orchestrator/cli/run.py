@@ -36,9 +36,12 @@ def run(args: argparse.Namespace) -> int:
 def run_config(config, out: Path | None, force: bool, progress: bool) -> int:
     """Run ``config`` into ``out`` (default ``$MONKEYBARREL_OUT/<name>`` or ``runs/<name>``) and print the summary."""
     from ..runner import run_experiment
+    from ..store.presence import REWRITTEN_BY_RUN, require_intact
     from .output import print_summary
 
     out = out or Path(os.environ.get("MONKEYBARREL_OUT", "runs")) / config.name
+    if not force:  # a store that lost a file is refused by name (``store repair`` first); --force discards it
+        require_intact(out, missing_ok=REWRITTEN_BY_RUN)
     experiment = run_experiment(config, out, force=force, show_progress=progress)
     print_summary(experiment.metrics(), experiment.directory)
     return 0

@@ -14,6 +14,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..stages.preflight import build_task
     from ..store.maintenance import check, compact, repair
     from .output import print_lines
 
@@ -21,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
         health = check(args.directory)
         print_lines(health.lines())
         return 1 if health.problems else 0
-    print_lines(repair(args.directory) if args.action == "repair" else
+    print_lines(repair(args.directory, load_problems=lambda config: build_task(config).load())
+                if args.action == "repair" else
                 [f"{kind}: {before} chunk(s) -> {after}" for kind, (before, after) in compact(args.directory).items()])
     return 0

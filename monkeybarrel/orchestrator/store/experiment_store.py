@@ -4,7 +4,7 @@ Layout::
 
     DIR/config.yaml            the resolved configuration
     DIR/manifest.json          fingerprints, package versions, seeds, stage times and costs
-    DIR/written.jsonl          every file the store wrote, with its size and SHA-256 (``written.py``)
+    DIR/written.jsonl          every file the store wrote (size, SHA-256) or deleted (``written.py``)
     DIR/problems.parquet
     DIR/candidates/part-*.parquet      appended in chunks (one or more problems' samples)
     DIR/scores/<verifier>/part-*.parquet
@@ -17,8 +17,9 @@ Every file is written to a hidden temporary name in the same directory, fsynced,
 ``written.jsonl`` and renamed into place, so a process killed at any moment leaves either the whole
 file or nothing. A temporary name carries its writer's pid: only temporaries of processes that are
 gone are ever removed (``remove_stale_temporaries``, called by the holder of the writer lock), never
-another live writer's. ``discard`` (``run --force``) removes exactly the files ``written.jsonl``
-lists. A damaged file is named when it is read (``StoreError``).
+another live writer's. A file the store deletes (``delete``) is noted in ``written.jsonl`` first, so a
+listed file that is gone was lost, not removed (``presence.py``). ``discard`` (``run --force``) removes
+exactly the files ``written.jsonl`` lists. A damaged file is named when it is read (``StoreError``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import pyarrow.parquet as pq
 
 from ...core.records import CANDIDATE_KEY, CANDIDATE_SCHEMA, SCORE_SCHEMA
 from .integrity import READ_ERRORS, WRITE_OPTIONS, one_line, scan_parquet
-from .written import WrittenFiles, file_digest, is_legacy_store
+from .written import LIST_KEY, LIST_NAME, WrittenFiles, digest_if_readable, file_digest, is_legacy_store, list_lost
 
 LOCK_NAME = ".lock"
 STORE_FOLDERS = ("candidates", "scores", "artifacts", "damaged")
@@ -98,8 +99,9 @@ class ExperimentStore:
         return self.root / f"{name}.parquet"
 
     def is_store(self) -> bool:
-        """Does the directory hold a store (its ``written.jsonl``, or the manifest of an older store)?"""
-        return self.written.exists() or is_legacy_store(self.root)
+        """Does the directory hold a store (its ``written.jsonl``, or a manifest: an older store's, or one
+        whose list is gone)?"""
+        return self.written.exists() or is_legacy_store(self.root) or list_lost(self.root)
 
     def temporaries(self) -> list[Path]:
         """Temporaries in the directory and the store's folders (never in a user's folders)."""
@@ -137,9 +139,14 @@ class ExperimentStore:
     def discard_scores(self, verifier: str) -> int:
         """Delete one verifier's stored scores (its config changed); returns the number of chunks removed."""
         parts = self.chunk_paths(f"scores/{verifier}")
-        for part in parts:
-            part.unlink()
+        self.delete(parts)
         return len(parts)
+
+    def delete(self, paths: list[Path]) -> None:
+        """Delete store files, noted in ``written.jsonl`` first (so ``store check`` does not call them lost)."""
+        self.written.forget(paths)
+        for path in paths:
+            path.unlink(missing_ok=True)
 
     def stored_generators(self) -> set[str]:
         """Generator ids with at least one stored candidate (reads only that column)."""
@@ -214,7 +221,8 @@ class ExperimentStore:
             target = target.with_name(f"{target.stem}-{time.time_ns()}{target.suffix}")
         target.parent.mkdir(parents=True, exist_ok=True)
         path.replace(target)
-        self.written.record(target, *file_digest(target))
+        self.written.forget([path])
+        self.written.record(target, *digest_if_readable(target))
         return target
 
     def relative(self, path: Path) -> str:
@@ -314,6 +322,8 @@ class ExperimentStore:
             raise StoreError(f"{self.manifest_path}: damaged manifest ({exc})") from None
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Write ``manifest.json``; it names ``written.jsonl``, so a deleted list is found (``LIST_KEY``)."""
+        manifest[LIST_KEY] = LIST_NAME
         self.write_bytes("manifest.json", json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
 
 

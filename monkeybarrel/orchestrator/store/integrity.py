@@ -31,17 +31,21 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def scan_parquet(path: Path, columns: list[str] | None = None) -> tuple[pa.Table | None, str | None]:
+def scan_parquet(path: Path, columns: list[str] | None = None,
+                 optional: tuple[str, ...] = ()) -> tuple[pa.Table | None, str | None]:
     """Read every page of a Parquet file (checksums verified); ``(its columns, None)`` or ``(None, what failed)``.
 
-    Memory: one row group at a time plus the kept ``columns``."""
+    ``columns`` (all when None) must be there; the ``optional`` ones are kept where the file has them.
+    Memory: one row group at a time plus the kept columns."""
     try:
         parquet = pq.ParquetFile(path, page_checksum_verification=True)
+        schema = parquet.schema_arrow
+        if columns is not None:
+            columns = [*columns, *(name for name in optional if name in schema.names)]
         kept = []
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group)
             kept.append(table.select(columns) if columns is not None else table)
-        schema = parquet.schema_arrow
         empty = schema.empty_table()
         return pa.concat_tables(kept) if kept else (empty.select(columns) if columns is not None else empty), None
     except Exception as exc:  # whatever a damaged file makes the reader raise
