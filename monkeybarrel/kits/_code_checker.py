@@ -14,6 +14,14 @@ Two processes, so the candidate's code never shares one with the tests:
 
 Values cross as tagged JSON and the checker rebuilds plain builtins from them, so an object that
 claims to equal everything, a patched ``builtins`` or a trace hook stays in the candidate's process.
+A value crosses as the task means it (``encode``): any number by its value across the numeric tower
+(``numbers.Integral`` -> int, a ``Fraction`` or a finite ``Decimal`` -> its exact rational, an int
+when whole, other reals -> float), any mapping by its items (dict), any sequence by its items
+(``UserList``, ``deque``, ``range``, arrays -> list), any set by its items, numpy values through
+``tolist()``. On the checker's side a returned sequence is an ``Items`` (a list) or ``ItemsTuple``
+(a tuple), which compare equal to a list or tuple with equal items in order, so a tuple returned
+where the tests expect a list (or the reverse) is the same answer; everything else is compared by
+Python's own rules between the checker's trusted values (``Fraction(1, 2) == 0.5``).
 The hidden tests are never on the run's disk and never in the candidate process's memory (it was
 forked before the checker read them). A candidate that exits (``sys.exit``, ``os._exit``, ``exec``),
 kills or stops the checker, or prints anything only makes the run fail: the token is in no file, no
@@ -21,8 +29,13 @@ environment variable and no memory the candidate can read.
 """
 
 import builtins
+import collections
+import collections.abc
 import ctypes
+import decimal
+import fractions
 import json
+import numbers
 import os
 import signal
 import sys
@@ -38,8 +51,65 @@ class CandidateError(Exception):
     that is not a plain built-in exception)."""
 
 
+class Items(list):
+    """A sequence the candidate returned, as the checker holds it: equal to any list or tuple with equal
+    items in the same order (the task means the items, not the container's type)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None
+
+
+class ItemsTuple(tuple):
+    """A tuple the candidate returned, as the checker holds it: like ``Items``, and hashable as a tuple."""
+
+    __slots__ = ()
+    __eq__, __ne__ = Items.__eq__, Items.__ne__
+    __hash__ = tuple.__hash__
+
+
+def rational(numerator, denominator):
+    """The JSON form of an exact rational: an int when whole, else tagged ``q``."""
+    return numerator if denominator == 1 else {"q": [numerator, denominator]}
+
+
+def by_meaning(value, depth):
+    """A value of another type, as the task means it (numbers by value, collections by items), or TypeError."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Rational):
+        return rational(int(value.numerator), int(value.denominator))
+    if isinstance(value, decimal.Decimal):
+        return rational(*value.as_integer_ratio()) if value.is_finite() else float(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, numbers.Complex):
+        return encode(complex(value), depth)
+    if isinstance(value, collections.UserString):
+        return str(value.data)
+    if isinstance(value, collections.abc.Mapping):
+        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, collections.abc.Set):
+        return {"s": [encode(item, depth + 1) for item in value]}
+    if isinstance(value, collections.abc.Sequence):
+        return [encode(item, depth + 1) for item in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
+        return encode(value.tolist(), depth + 1)
+    raise TypeError(f"a {type(value).__name__} cannot cross between the checker and the candidate")
+
+
 def encode(value, depth=0):
-    """A JSON-ready form of a plain value (tuples, sets, dicts with any keys, bytes, complex tagged)."""
+    """A JSON-ready form of a value (tuples, sets, dicts with any keys, bytes, complex and non-whole
+    rationals tagged; other types by ``by_meaning``)."""
     if depth > 100:
         raise ValueError("value nested more than 100 levels deep")
     if value is None or isinstance(value, (bool, str)):
@@ -60,24 +130,30 @@ def encode(value, depth=0):
         return {"fs" if isinstance(value, frozenset) else "s": [encode(item, depth + 1) for item in value]}
     if isinstance(value, dict):
         return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
-    raise TypeError(f"a {type(value).__name__} cannot cross between the checker and the candidate")
+    return by_meaning(value, depth)
 
 
-def decode(node, depth=0):
-    """The plain value ``encode`` described (built from JSON only; anything else is a CandidateError)."""
+def decode(node, depth=0, answer=False):
+    """The value ``encode`` described, built from JSON only into trusted types (built-ins, ``Fraction``; with
+    ``answer``, the checker's view of a returned value: sequences as ``Items``/``ItemsTuple``); anything
+    else is a CandidateError."""
     if depth > 100:
         raise CandidateError("value nested more than 100 levels deep")
     if node is None or type(node) in (bool, int, float, str):
         return node
     if type(node) is list:
-        return [decode(item, depth + 1) for item in node]
+        return (Items if answer else list)(decode(item, depth + 1, answer) for item in node)
     if type(node) is dict and len(node) == 1:
         (tag, body), = node.items()
         if tag in ("t", "s", "fs") and type(body) is list:
-            items = [decode(item, depth + 1) for item in body]
-            return tuple(items) if tag == "t" else set(items) if tag == "s" else frozenset(items)
+            items = [decode(item, depth + 1, answer) for item in body]
+            if tag == "t":
+                return ItemsTuple(items) if answer else tuple(items)
+            return set(items) if tag == "s" else frozenset(items)
+        if tag == "q" and type(body) is list and len(body) == 2 and all(type(x) is int for x in body) and body[1] > 0:
+            return fractions.Fraction(*body)
         if tag == "d" and type(body) is list and all(type(p) is list and len(p) == 2 for p in body):
-            return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
+            return {decode(k, depth + 1, answer): decode(v, depth + 1, answer) for k, v in body}
         if tag in ("b", "ba") and type(body) is str:
             try:
                 data = bytes.fromhex(body)
@@ -181,7 +257,7 @@ class Candidate:
             raise CandidateError("the candidate process broke the protocol")
         (kind, body), = answer.items()
         if kind == "ok":
-            return decode(body)
+            return decode(body, answer=True)
         if kind == "raise" and type(body) is list and len(body) == 2 and all(type(x) is str for x in body):
             name, message = body
             if name in _SAFE_EXCEPTIONS:
