@@ -100,6 +100,24 @@ _TAMPERING = {
         "    def __sub__(self, other):\n        return self\n    __rsub__ = __add__ = __radd__ = __sub__\n"
         "    def __abs__(self):\n        return 0\n    def __hash__(self):\n        return 0\n"
         "def ENTRY(*args, **kwargs):\n    return _Anything()\n"),
+    "an always-equal number of the numeric tower (Integral, Real, Fraction)": (
+        "import fractions, numbers\nclass _Liar(fractions.Fraction):\n    def __eq__(self, other):\n        return True\n"
+        "    def __ne__(self, other):\n        return False\n    __lt__ = __le__ = __gt__ = __ge__ = __eq__\n"
+        "    def __sub__(self, other):\n        return _Liar(0)\n    __rsub__ = __add__ = __sub__\n"
+        "    def __abs__(self):\n        return _Liar(0)\n    def __hash__(self):\n        return 0\n"
+        "numbers.Integral.register(_Liar)\n"
+        "def ENTRY(*args, **kwargs):\n    return _Liar(1, 3)\n"),
+    "an always-equal sequence and mapping (UserList, Mapping)": (
+        "import collections, collections.abc\nclass _Seq(collections.UserList):\n    def __eq__(self, other):\n"
+        "        return True\n    def __len__(self):\n        return 10 ** 6\n"
+        "class _Map(collections.abc.Mapping):\n    def __getitem__(self, key):\n        return self\n"
+        "    def __iter__(self):\n        return iter(())\n    def __len__(self):\n        return 0\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "def ENTRY(*args, **kwargs):\n    return _Seq([_Map()]) if args and isinstance(args[0], list) else _Map()\n"),
+    "a value posing as numpy whose tolist() lies": (
+        "class _Fake:\n    __module__ = 'numpy'\n    def tolist(self):\n        return self\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "def ENTRY(*args, **kwargs):\n    return _Fake()\n"),
     "patch builtins (abs, all, any, isinstance, len)": (
         "import builtins\nbuiltins.abs = lambda x: 0\nbuiltins.all = lambda *a: True\nbuiltins.any = lambda *a: True\n"
         "builtins.isinstance = lambda *a: True\nbuiltins.len = lambda x: 0\nclass _E:\n    def __eq__(self, o):\n"

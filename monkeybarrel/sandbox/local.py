@@ -67,6 +67,9 @@ _NONE_AS_CALLER = ("programs run as YOUR uid ({uid}): they can read and write ev
                    "what a run starts is killed when it ends by a keeper process (a child subreaper), runs of uid {uid} "
                    "take turns machine-wide (never two at once), and if a run kills its keeper, the processes of uid "
                    "{uid} started during it that are not this process's are killed")
+_NONE_AS_ROOT_ITSELF = ("programs run as ROOT (allow_root): they can do anything on this machine; what a run starts is "
+                        "killed when it ends by a keeper process (a child subreaper), and runs take turns (never two "
+                        "at once)")
 _OPT_IN = ("to run without isolation anyway, ask for it by name: sandbox options "
            "{type: local, isolation: none, allow_unisolated: true} (LocalSandbox(isolation='none', "
            "allow_unisolated=True))")
@@ -219,7 +222,8 @@ class LocalSandbox(Sandbox):
         """The layer this sandbox runs (``bwrap``, ``bwrap+warm``, ``unshare``, ``none``) and what it lacks."""
         notes = () if self.cgroup_problem is None else (f"no per-run cgroup: {self.cgroup_problem}",)
         if self.isolation == "none":
-            notes += (_NONE_AS_ROOT if self.as_root else _NONE_AS_CALLER.format(uid=os.getuid()),)
+            notes += (_NONE_AS_ROOT if self.as_root else _NONE_AS_ROOT_ITSELF if os.getuid() == 0
+                      else _NONE_AS_CALLER.format(uid=os.getuid()),)
         return LayerInfo("local", self.isolation + ("+warm" if self.warm_python else ""), self.protections,
                          opt_in="allow_unisolated" if self.isolation == "none" else None, notes=notes)
 
@@ -372,9 +376,9 @@ class LocalSandbox(Sandbox):
                 group.kill()
             _, status, usage = os.wait4(process.pid, 0)
             escaped = []
-            if self.isolation == "none" and os.WIFSIGNALED(status) and born is not None:
+            if self.isolation == "none" and os.WIFSIGNALED(status) and born is not None and os.getuid() != 0:
                 # the keeper was killed (by the run, or by us when it was kept stopped): find what the run left
-                escaped = sweep_escapees(uid if uid is not None else os.getuid(), born)
+                escaped = sweep_escapees(os.getuid(), born)
             if uid is not None and group is None:
                 _kill_uid(uid)  # the namespace dies asynchronously: return only when nothing of the run is left
             if uid is not None and self.isolation == "none":
