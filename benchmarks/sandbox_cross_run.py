@@ -32,7 +32,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -73,32 +72,6 @@ def run_job(box, item):
     return box.run(item.files, item.command, limits=item.limits, sealed=item.sealed)
 
 
-def leftovers() -> list[int]:
-    """Pids of the attacks' processes (they name themselves ``attacks.LEFTOVER_NAME``)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == ATTACKS.LEFTOVER_NAME:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def kill_leftovers() -> None:
-    for _ in range(50):
-        pids = leftovers()
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.05)
-
-
 def verdict_rows(box, victims: int) -> dict[str, str]:
     """``{attack: "forged/victims (+N alive)"}`` for one sandbox (and the control)."""
     rows = {}
@@ -107,16 +80,16 @@ def verdict_rows(box, victims: int) -> dict[str, str]:
         run_job(box, job(code))
         time.sleep(0.5)
         forged = sum(passed(run_job(box, wrong)) for _ in range(victims))
-        alive = len(leftovers())
-        kill_leftovers()
+        alive = len(ATTACKS.leftovers())
+        ATTACKS.kill_leftovers()
         rows[name] = f"{forged}/{victims}" + (f" (+{alive} alive)" if alive else "")
     attacker = threading.Thread(target=run_job, args=(box, job(ATTACKS.concurrent_attack("add", seconds=4.0))))
     attacker.start()
     time.sleep(0.7)
     forged = sum(passed(run_job(box, wrong)) for _ in range(victims))
     attacker.join()
-    alive = len(leftovers())
-    kill_leftovers()
+    alive = len(ATTACKS.leftovers())
+    ATTACKS.kill_leftovers()
     rows["a run that rewrites and steals while the victims run beside it"] = (
         f"{forged}/{victims}" + (f" (+{alive} alive)" if alive else ""))
     rows["control: a right candidate judged right"] = f"{int(passed(run_job(box, job(RIGHT))))}/1"
@@ -138,7 +111,7 @@ def plant_rows(box) -> dict[str, str]:
     except Exception as exc:  # an older sandbox that raised instead of returning a result
         return {"(the sandbox raised)": f"{type(exc).__name__}: {exc}"[:200]}
     finally:
-        kill_leftovers()
+        ATTACKS.kill_leftovers()
     try:
         seen = ATTACKS.planted_bytes_seen(json.loads(clean.stdout), json.loads(after.stdout), token)
     except ValueError:
@@ -169,7 +142,7 @@ def measure(layer: str, victims: int) -> dict[str, dict[str, str]]:
             box.close()
         return {"verdicts": verdicts, "plants": plants}
     finally:
-        kill_leftovers()
+        ATTACKS.kill_leftovers()
         shutil.rmtree(work_root, ignore_errors=True)
 
 

@@ -35,7 +35,8 @@ SPECS = {
 
 
 def _load_attacks():
-    spec = importlib.util.spec_from_file_location("value_rewrites", HERE.parent / "monkeybarrel" / "sandbox" / "attacks.py")
+    path = HERE.parent / "monkeybarrel" / "sandbox" / "attacks.py"  # this checkout's, also for older code
+    spec = importlib.util.spec_from_file_location("value_rewrites", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

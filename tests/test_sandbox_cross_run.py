@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,8 +46,9 @@ def _box(layer: str, work_root: str, workers: int):
         from monkeybarrel.sandbox.docker_backend import DockerSandbox
 
         return DockerSandbox(limits=LIMITS, max_workers=workers)
-    return LocalSandbox(limits=LIMITS, max_workers=workers, work_root=work_root, isolation=layer.replace("warm", "bwrap"),
-                        warm_python=layer == "warm", allow_unisolated=layer == "none")
+    return LocalSandbox(limits=LIMITS, max_workers=workers, work_root=work_root,
+                        isolation=layer.replace("warm", "bwrap"), warm_python=layer == "warm",
+                        allow_unisolated=layer == "none")
 
 
 def _job(code: str):
@@ -57,30 +57,6 @@ def _job(code: str):
 
 def _run(box, job):
     return box.run(job.files, job.command, limits=job.limits, sealed=job.sealed)
-
-
-def _leftovers() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == attacks.LEFTOVER_NAME:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def _kill_leftovers() -> None:
-    for _ in range(100):
-        if not _leftovers():
-            return
-        for pid in _leftovers():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.05)
 
 
 def drive(layer: str, names: tuple[str, ...], concurrent: bool, plants: bool, victims: int = 2) -> dict:
@@ -100,16 +76,16 @@ def drive(layer: str, names: tuple[str, ...], concurrent: bool, plants: bool, vi
                 _run(box, _job(texts[name]))
                 time.sleep(0.3)
                 report["forged"][name] = sum(passed(_run(box, wrong)) for _ in range(victims))
-                report["alive"][name] = len(_leftovers())
-                _kill_leftovers()
+                report["alive"][name] = len(attacks.leftovers())
+                attacks.kill_leftovers()
             if concurrent:
                 attacker = threading.Thread(target=_run, args=(box, _job(attacks.concurrent_attack("add", 3.0))))
                 attacker.start()
                 time.sleep(0.6)
                 report["forged"]["concurrent"] = sum(passed(_run(box, wrong)) for _ in range(victims))
                 attacker.join()
-                report["alive"]["concurrent"] = len(_leftovers())
-                _kill_leftovers()
+                report["alive"]["concurrent"] = len(attacks.leftovers())
+                attacks.kill_leftovers()
             report["control"] = passed(_run(box, _job("def add(a, b):\n    return a + b\n")))
         finally:
             box.close()
@@ -125,9 +101,9 @@ def drive(layer: str, names: tuple[str, ...], concurrent: bool, plants: bool, vi
                 report["seen"] = attacks.planted_bytes_seen(json.loads(looks[0]), json.loads(looks[2]), token)
             finally:
                 box.close()
-                _kill_leftovers()
+                attacks.kill_leftovers()
     finally:
-        _kill_leftovers()
+        attacks.kill_leftovers()
         shutil.rmtree(work_root, ignore_errors=True)
     return report
 

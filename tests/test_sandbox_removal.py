@@ -58,8 +58,9 @@ def plant_everything(top: Path, outside: Path) -> None:
 
 
 def untouched(outside: Path) -> bool:
+    modes = ((outside / "dir").stat().st_mode & 0o777, (outside / "file.txt").stat().st_mode & 0o777)
     return ((outside / "dir" / "keep.txt").read_text() == "keep" and (outside / "file.txt").read_text() == "keep"
-            and (outside / "dir").stat().st_mode & 0o777 == 0o755 and (outside / "file.txt").stat().st_mode & 0o777 == 0o644)
+            and modes == (0o755, 0o644))
 
 
 @pytest.fixture

@@ -52,8 +52,10 @@ CONTROL_IN, CONTROL_OUT, CONTROL_FDS = 3, 4, 5
 SEALED_FD = 3
 WORKDIR = "/work"
 SCRATCH = ("/tmp", "/var/tmp", "/run", "/dev/shm")
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWPID = 0x20000, 0x4000000, 0x8000000, 0x40000000, 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
+CLONE_NEWNET, CLONE_NEWPID = 0x40000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 24, 47, 4
 SIOCSIFFLAGS, IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x8914, 0x1, 0x8, 0x40
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -220,7 +222,8 @@ def collect(started: float, limits: dict, out_r: int, err_r: int, status_r: int)
         os._exit(0)
     failure = next((line for line in lines if line.startswith(b"error ")), None)
     if failure is not None:
-        return {"failed": failure[6:].decode(errors="replace")}
+        kind, _, reason = failure[6:].decode(errors="replace").partition(" ")
+        return {"failed": reason, "setup": kind == "setup"}
     if status is None:  # the run never reported (killed at its limit, or the init died): as killed
         status = signal.SIGKILL
     return {"exit_code": os.waitstatus_to_exitcode(status), "timed_out": timed_out, "wall_s": wall,
@@ -229,10 +232,16 @@ def collect(started: float, limits: dict, out_r: int, err_r: int, status_r: int)
             "stderr": base64.b64encode(bytes(kept[err_r])).decode(), "stderr_total": total[err_r]}
 
 
+class FilesFailed(Exception):
+    """The run's files could not be written (its own doing: too large for ``disk_mb``, ...), not the slot's."""
+
+
 def report_failure(status_w: int, exc: BaseException) -> None:
-    """Tell the server why the run could not be set up (before the program existed)."""
+    """Tell the server why the run could not be set up (before the program existed): ``error files ...`` when
+    its files could not be written, ``error setup ...`` when its namespaces or mounts could not be made."""
+    kind = "files" if isinstance(exc, FilesFailed) else "setup"
     try:
-        os.write(status_w, f"error {type(exc).__name__}: {exc}".replace("\n", " ").encode()[:1000] + b"\n")
+        os.write(status_w, f"error {kind} {type(exc).__name__}: {exc}".replace("\n", " ").encode()[:1000] + b"\n")
     except OSError:
         pass
 
@@ -270,11 +279,14 @@ def run_init(request, limits, files, stdin, out_w, err_w, status_w, sealed) -> N
     check(LIBC.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mounting /proc")
     check(LIBC.mount(b"mqueue", b"/dev/mqueue", b"mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
           "mounting /dev/mqueue")
-    for rel, content in files.items():
-        path = os.path.join(WORKDIR, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(content)
+    try:
+        for rel, content in files.items():
+            path = os.path.join(WORKDIR, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(content)
+    except OSError as exc:
+        raise FilesFailed(f"writing the run's files: {exc}") from None
     program = os.fork()
     if program == 0:
         try:

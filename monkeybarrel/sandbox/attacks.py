@@ -8,7 +8,7 @@ Shared by the adversarial tests (``tests/test_sandbox_adversarial.py``) and the 
 from __future__ import annotations
 
 __all__ = ["tree_memory", "VERDICT_FORGERIES", "forgeries", "LEFTOVER_NAME", "FORGED_CHECKER", "CROSS_RUN_ATTACKS",
-           "cross_run_attacks", "concurrent_attack", "PLANT_KINDS", "PLANT_AND_LOOK", "planted_bytes_seen",
+           "cross_run_attacks", "concurrent_attack", "leftovers", "kill_leftovers", "PLANT_KINDS", "PLANT_AND_LOOK", "planted_bytes_seen",
            "unprivileged_python", "CONVERTED_MARK", "EQUAL_VALUE_REWRITES", "rewrite_to_other_type"]
 
 
@@ -329,6 +329,29 @@ CONCURRENT_ATTACK = "_haunt(SECONDS)\n"
 """The same attacks from a run that is still going: it rewrites and steals while other runs run beside it."""
 
 
+def leftovers() -> list[int]:
+    """Pids of the processes the cross-run attacks left (they name themselves ``LEFTOVER_NAME``)."""
+    import os
+
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/comm") as comm:
+                    if comm.read().strip() == LEFTOVER_NAME:
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def kill_leftovers() -> None:
+    """SIGKILL what the cross-run attacks left (a benchmark's or test's own clean-up between attacks)."""
+    from monkeybarrel.sandbox.cgroups import kill_until_gone  # absolute: this file is also loaded by path
+
+    kill_until_gone(leftovers, patience_s=10.0)
+
+
 def cross_run_attacks(entry_point: str, seconds: float = 20.0, caller_mark: str = "sandbox_attacks") -> dict[str, str]:
     """``CROSS_RUN_ATTACKS`` as completions for ``entry_point`` (processes that try for ``seconds``);
     ``caller_mark``: a word of the caller's command line where ``_kill_keepers`` stops."""
@@ -494,9 +517,9 @@ def look():
     report["sysv"] = [line.split()[0] for kind in ("shm", "sem", "msg")
                       for line in (attempt(lambda: open(f"/proc/sysvipc/{kind}").read().splitlines()[1:]) or [])]
     report["keys"] = attempt(lambda: open("/proc/keys").read().splitlines()) or []
-    report["tcp"] = [line.split()[1:3] for line in (attempt(lambda: open("/proc/net/tcp").read().splitlines()[1:]) or [])]
-    report["unix"] = [line.split()[-1] for line in (attempt(lambda: open("/proc/net/unix").read().splitlines()[1:]) or [])
-                      if len(line.split()) > 7]
+    lines = lambda path: attempt(lambda: open(path).read().splitlines()[1:]) or []
+    report["tcp"] = [line.split()[1:3] for line in lines("/proc/net/tcp")]
+    report["unix"] = [line.split()[-1] for line in lines("/proc/net/unix") if len(line.split()) > 7]
     report["pid"] = os.getpid()
     print(json.dumps(report))
 
@@ -583,13 +606,11 @@ def unprivileged_python(uid: int) -> tuple[list[str], dict[str, str]] | str:
 # stderr says the rewrite changed a type in that run (a task where it did not is not counted).
 
 CONVERTED_MARK = "mb-converted-to-another-type"
+_FINITE_NUMBER = "isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)"
 
 EQUAL_VALUE_REWRITES = {
-    "Fraction": ("import fractions, math", "isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)",
-                 "fractions.Fraction(v)"),
-    "Decimal (exact)": ("import decimal, math",
-                        "isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)",
-                        "decimal.Decimal(v)"),
+    "Fraction": ("import fractions, math", _FINITE_NUMBER, "fractions.Fraction(v)"),
+    "Decimal (exact)": ("import decimal, math", _FINITE_NUMBER, "decimal.Decimal(v)"),
     "UserList": ("import collections", "isinstance(v, list)", "collections.UserList(v)"),
     "tuple for list": ("", "isinstance(v, list)", "tuple(v)"),
     "list for tuple": ("", "isinstance(v, tuple)", "list(v)"),

@@ -176,7 +176,8 @@ def host_python() -> str:
 
 def keeper_args(spec: RunSpec) -> list[str]:
     """The ``none`` layer's keeper (``_reaper.py``) in front of the init: nothing the run starts outlives it."""
-    return [host_python(), "-I", "-S", "-c", KEEPER, json.dumps({"seccomp": spec.seccomp.hex() if spec.seccomp else None})]
+    keeper = {"seccomp": spec.seccomp.hex() if spec.seccomp else None}
+    return [host_python(), "-I", "-S", "-c", KEEPER, json.dumps(keeper)]
 
 
 def unshare_args(spec: RunSpec) -> list[str]:

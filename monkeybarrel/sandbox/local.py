@@ -64,9 +64,9 @@ _NONE_AS_ROOT = ("programs run as their slot's own leased uid (never yours): oth
                  "wrote in other world-writable places of the host stay")
 _NONE_AS_CALLER = ("programs run as YOUR uid ({uid}): they can read and write every file you can (this checkout, the "
                    "experiment's store, your home) and signal or take over every process of yours, this one included; "
-                   "what a run starts is killed when it ends by a keeper process (a child subreaper), runs of uid {uid} "
-                   "take turns machine-wide (never two at once), and if a run kills its keeper, the processes of uid "
-                   "{uid} started during it that are not this process's are killed")
+                   "what a run starts is killed when it ends by a keeper process (a child subreaper), runs of uid "
+                   "{uid} take turns machine-wide (never two at once), and if a run kills its keeper, the processes of "
+                   "uid {uid} started during it that are not this process's are killed")
 _NONE_AS_ROOT_ITSELF = ("programs run as ROOT (allow_root): they can do anything on this machine; what a run starts is "
                         "killed when it ends by a keeper process (a child subreaper), and runs take turns (never two "
                         "at once)")
@@ -247,8 +247,10 @@ class LocalSandbox(Sandbox):
             uid = self._uids[slot] if self.as_root else None
             warm = warm_argv(command, self.python_names) if self.warm_python and not limits.network else None
             if warm is not None:
-                return self._execute_warm(self._warm_slot(slot, resolved, uid, limits), files, *warm, stdin, limits,
-                                          self._groups[slot], sealed)
+                result = self._execute_warm(self._warm_slot(slot, resolved, uid, limits), files, *warm, stdin, limits,
+                                            self._groups[slot], sealed)
+                if result is not None:
+                    return result
             return self._execute(slot, files, [resolved, *command[1:]], stdin, limits, uid, sealed)
         except (OSError, ValueError) as exc:
             return self._failed(f"{type(exc).__name__}: {exc}", limits)
@@ -276,7 +278,8 @@ class LocalSandbox(Sandbox):
 
     # ---- steps --------------------------------------------------------------------------------
     def _spec(self, limits: Limits, uid: int | None, group: RunGroup | None, stdin_path: str, workdir: str,
-              extra: tuple[str, ...], chain_processes: int, staging: str = "", seccomp_fd: int | None = None) -> RunSpec:
+              extra: tuple[str, ...], chain_processes: int, staging: str = "",
+              seccomp_fd: int | None = None) -> RunSpec:
         nproc = limits.processes + chain_processes
         if not self.as_root:
             nproc += _own_process_count()
@@ -382,7 +385,7 @@ class LocalSandbox(Sandbox):
             if uid is not None and group is None:
                 _kill_uid(uid)  # the namespace dies asynchronously: return only when nothing of the run is left
             if uid is not None and self.isolation == "none":
-                sweep_host_scratch(uid, remove_tree)  # no private /tmp or IPC namespace: remove what the slot's uid left
+                sweep_host_scratch(uid, remove_tree)  # no private /tmp or IPC namespace: remove what that uid left
             wall = time.perf_counter() - started
             for stream in (process.stdout, process.stderr):
                 stream.close()
@@ -485,7 +488,9 @@ class LocalSandbox(Sandbox):
 
     def _execute_warm(self, server: WarmSlot, files: Mapping[str, str | bytes], argv: list[str], flags: dict[str, bool],
                       stdin: str | bytes | None, limits: Limits, group: RunGroup | None,
-                      sealed: bytes | None = None) -> ExecutionResult:
+                      sealed: bytes | None = None) -> ExecutionResult | None:
+        """The run as a fork of the slot's server; None (the caller runs it fresh) when warm slots cannot make a
+        run's namespaces on this host (then warm forks are switched off, with a warning)."""
         data = b"" if stdin is None else stdin.encode() if isinstance(stdin, str) else bytes(stdin)
         env = {**self.env, "HOME": WORKDIR, "TMPDIR": "/tmp"}
         started = time.perf_counter()
@@ -506,11 +511,16 @@ class LocalSandbox(Sandbox):
         if reply == "died":  # the slot's server ended outside any run (e.g. recycled): once more, fresh
             reply = attempt()
         protections = (*self._run_protections(limits), "warm-python")
-        if isinstance(reply, dict) and "failed" in reply:  # the run's namespaces or mounts could not be made
-            server.stop()
-            return ExecutionResult(outcome=Outcome.SANDBOX_ERROR, exit_code=None, wall_s=time.perf_counter() - started,
-                                   backend=self.name, protections=protections,
-                                   error=f"the warm slot could not set up the run: {reply['failed']}")
+        if isinstance(reply, dict) and "failed" in reply:
+            if group is not None:
+                group.kill()
+            if not reply["setup"]:  # its files did not fit: this run's failure
+                return self._failed(f"the warm slot could not write the run's files: {reply['failed']}", limits)
+            server.stop()  # the run's namespaces or mounts cannot be made on this host: fresh runs from now on
+            self.warm_python = False
+            warnings.warn(f"LocalSandbox: warm forks cannot set up a run here ({reply['failed']}); runs start fresh",
+                          RuntimeWarning, stacklevel=3)
+            return None
         if not isinstance(reply, dict):  # no answer in time ("timeout"), or the server died twice ("died")
             wall = time.perf_counter() - started
             if group is not None:
