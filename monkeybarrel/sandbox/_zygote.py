@@ -179,7 +179,7 @@ def collect(started: float, limits: dict, out_r: int, err_r: int, status_r: int)
     deadline = started + limits["time_s"]
     timed_out, host_gone = False, False
     open_fds = [out_r, err_r, status_r]
-    report, ended_at, usage = b"", None, None
+    report, ended_at = b"", None
     while True:
         now = time.perf_counter()
         if ended_at is None and (status_r not in open_fds or report.count(b"\n") >= 2 or b"error " in report):
@@ -204,18 +204,19 @@ def collect(started: float, limits: dict, out_r: int, err_r: int, status_r: int)
                 room = cap - len(kept[fd])
                 if room > 0:
                     kept[fd] += data[:room]
+    lines = report.split(b"\n")
+    running = tree_cpu_seconds(int(lines[0])) if lines[0].isdigit() else 0.0  # what a kill would lose (timeout)
     kill_everything()
     wall = time.perf_counter() - started
-    lines = report.split(b"\n")
-    init = int(lines[0]) if lines[0].isdigit() else None
     status = int(lines[1]) if len(lines) > 2 and lines[1].isdigit() else None
-    while True:  # reap the maker, the init (reparented here) and anything left; the init's usage has the run's
+    cpu = 0.0
+    while True:  # reap the maker, the init (reparented here) and what the init's end left to us; their CPU is the run's
         try:
-            done, _, rusage = os.wait4(-1, 0)
+            _, _, rusage = os.wait4(-1, 0)
         except ChildProcessError:
             break
-        if done == init:
-            usage = rusage
+        cpu += rusage.ru_utime + rusage.ru_stime
+    cpu = max(cpu, running)
     for fd in (out_r, err_r, status_r):
         os.close(fd)
     if host_gone:
@@ -227,7 +228,7 @@ def collect(started: float, limits: dict, out_r: int, err_r: int, status_r: int)
     if status is None:  # the run never reported (killed at its limit, or the init died): as killed
         status = signal.SIGKILL
     return {"exit_code": os.waitstatus_to_exitcode(status), "timed_out": timed_out, "wall_s": wall,
-            "cpu_s": 0.0 if usage is None else usage.ru_utime + usage.ru_stime,
+            "cpu_s": cpu,
             "stdout": base64.b64encode(bytes(kept[out_r])).decode(), "stdout_total": total[out_r],
             "stderr": base64.b64encode(bytes(kept[err_r])).decode(), "stderr_total": total[err_r]}
 
@@ -244,6 +245,27 @@ def report_failure(status_w: int, exc: BaseException) -> None:
         os.write(status_w, f"error {kind} {type(exc).__name__}: {exc}".replace("\n", " ").encode()[:1000] + b"\n")
     except OSError:
         pass
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User+system CPU seconds of ``root`` and its live descendants, what each has reaped included (from /proc)."""
+    parents, spent, tick = {}, {}, os.sysconf("SC_CLK_TCK")
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2:].split()
+            parents[int(name)], spent[int(name)] = int(fields[1]), sum(int(v) for v in fields[11:15]) / tick
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(spent.get(pid, 0.0) for pid in tree)
 
 
 def make_run(request, limits, files, stdin, out_w, err_w, status_w, sealed) -> None:
