@@ -34,7 +34,7 @@ def judged():
         jobs = [task.test_job(program_for(text, problem), problem) for text, problem in texts]
         return task.sandbox().run_many(jobs)
 
-    yield raw, problems, judge
+    yield raw, problems, judge, task.sandbox()
     task.sandbox().close()
 
 
@@ -45,7 +45,7 @@ def _numpy_in_sandbox(judge, problem) -> bool:
 
 @pytest.mark.parametrize("rewrite", list(EQUAL_VALUE_REWRITES))
 def test_equal_values_of_other_types_are_judged_correct(judged, rewrite):
-    raw, problems, judge = judged
+    raw, problems, judge, _ = judged
     if rewrite.startswith("numpy") and not _numpy_in_sandbox(judge, problems[0]):
         pytest.skip("numpy is not installed for the sandbox's python3")
     texts = [(rewrite_to_other_type(raw[p.problem_id]["prompt"] + raw[p.problem_id]["canonical_solution"],
@@ -75,7 +75,7 @@ WRONG_OF_OTHER_TYPES = {
 
 
 def test_wrong_values_of_other_types_and_type_shaped_liars_are_judged_wrong(judged):
-    raw, problems, judge = judged
+    raw, problems, judge, _ = judged
     by_id = {p.problem_id: p for p in problems}
     texts = [(text, by_id[pid]) for pid, codes in WRONG_OF_OTHER_TYPES.items() for text in codes]
     liars = ("an always-equal number of the numeric tower (Integral, Real, Fraction)",
@@ -88,3 +88,20 @@ def test_wrong_values_of_other_types_and_type_shaped_liars_are_judged_wrong(judg
     assert [text for (text, _), r in zip(texts, results) if passed(r)] == []
     control = judge([(raw[pid]["prompt"] + raw[pid]["canonical_solution"], by_id[pid]) for pid in WRONG_OF_OTHER_TYPES])
     assert all(passed(r) for r in control)
+
+
+def test_a_liar_registered_as_an_integer_crosses_by_its_exact_value(judged):
+    """A ``Fraction`` subclass registered as ``numbers.Integral`` once crossed as ``int(value)`` (0 for 1/3), which
+    equals ``False``: it now crosses as 1/3, equal to no bool, no int and not 0.5."""
+    from monkeybarrel.kits.code_programs import checked_job
+    from monkeybarrel.sandbox.attacks import VERDICT_FORGERIES
+
+    *_, sandbox = judged
+    liar = VERDICT_FORGERIES["an always-equal number of the numeric tower (Integral, Real, Fraction)"]
+    expectations = ("False", "0", "0.5", "1")
+    jobs = [checked_job(liar.replace("ENTRY", "f"), "", f"assert f() == {expected}\n", "f", call_check=False)
+            for expected in expectations]
+    jobs.append(checked_job(liar.replace("ENTRY", "f"), "", "from fractions import Fraction\n"
+                            "assert f() == Fraction(1, 3)\n", "f", call_check=False))  # the control: its real value
+    results = sandbox.run_many(jobs)
+    assert [passed(r) for r in results] == [False] * len(expectations) + [True]

@@ -84,10 +84,10 @@ def rational(numerator, denominator):
 
 def by_meaning(value, depth):
     """A value of another type, as the task means it (numbers by value, collections by items), or TypeError."""
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Rational):
+    if isinstance(value, numbers.Rational) and hasattr(value, "denominator"):  # exact, whatever it claims to be
         return rational(int(value.numerator), int(value.denominator))
+    if isinstance(value, numbers.Integral):  # registered without the ABC's numerator/denominator
+        return int(value)
     if isinstance(value, decimal.Decimal):
         return rational(*value.as_integer_ratio()) if value.is_finite() else float(value)
     if isinstance(value, numbers.Real):
