@@ -581,7 +581,9 @@ def unprivileged_python(uid: int) -> tuple[list[str], dict[str, str]] | str:
     if os.geteuid() != 0 or setpriv is None:
         return "needs root and setpriv to run as another uid"
     prefix = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import monkeybarrel
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(monkeybarrel.__file__)))  # the one in use
     stdlib = os.path.realpath(sys.base_prefix)
     paths = [package_root] + [p for p in sys.path if p and os.path.isdir(p)
                               and not os.path.realpath(p).startswith(stdlib + os.sep)]  # another interpreter's own

@@ -14,11 +14,14 @@ isolation by name; each can be forced, and the tests run under each):
   read-only view of the host as ``bwrap`` with sized private ``/work``, ``/tmp``, ``/var/tmp``,
   ``/run``, ``/dev/shm``, built by ``_unshare_root.py``, which pivots into it and detaches the host's
   tree (no host path, unix sockets included, can be named). A full layer like ``bwrap``.
-* ``none``: a new session and process group only: the host's network and file system. Refused unless
-  the user asks for it by name (``isolation="none", allow_unisolated=True``); ``auto`` never picks it.
+* ``none``: no namespace: the host's network and file system. A keeper (``_reaper.py``, a child
+  subreaper) kills whatever a run started when it ends; as another user than root, runs of that uid
+  take turns machine-wide (``unisolated.py``). Refused unless the user asks for it by name
+  (``isolation="none", allow_unisolated=True``); ``auto`` never picks it.
 
-Always: a per-slot cgroup where the host allows one (``cgroups.py``: memory+swap and pids of the
-whole tree, kernel-counted CPU time and OOM kills; otherwise a warning, RLIMIT_AS per process and
+Always: the keyring filter (``seccomp.py``: keys would outlive a run under its uid), a per-slot
+cgroup where the host allows one (``cgroups.py``: memory+swap and pids of the whole tree,
+kernel-counted CPU time and OOM kills; otherwise a warning, RLIMIT_AS per process and
 RLIMIT_NPROC per uid), rlimits through ``prlimit`` (CPU seconds, processes, file size, open files,
 no core dumps), a new session, a minimal environment, the whole tree killed at the wall-time limit.
 As root, each concurrent slot runs under its own unprivileged uid (``uid_base + slot``) and, under
@@ -374,7 +377,7 @@ class LocalSandbox(Sandbox):
                 process.wait()
                 raise
             tree_cpu = _tree_cpu_seconds(process.pid) if timed_out and group is None else None
-            end(process)  # timed out, or leftovers of a finished run (a no-op when none)
+            end(process)  # timed out, or leftovers of a finished run (a no-op when nothing is left)
             if group is not None:
                 group.kill()
             _, status, usage = os.wait4(process.pid, 0)
