@@ -105,3 +105,20 @@ def test_a_liar_registered_as_an_integer_crosses_by_its_exact_value(judged):
                             "assert f() == Fraction(1, 3)\n", "f", call_check=False))  # the control: its real value
     results = sandbox.run_many(jobs)
     assert [passed(r) for r in results] == [False] * len(expectations) + [True]
+
+
+def test_sequences_compare_by_items_and_keep_their_type(judged):
+    """The tests' ``==`` and ``!=`` compare lists and tuples by their items (nested, inside dicts too), while the
+    value the tests hold is still exactly what the candidate returned (``type(x) is tuple``)."""
+    from monkeybarrel.kits.code_programs import checked_job
+
+    *_, sandbox = judged
+    program = "def f(kind):\n    return {'pair': (1, 2), 'nested': {'a': (1, [2, (3,)])}, 'list': [1, 2]}[kind]\n"
+    holds = ("f('pair') == [1, 2] and not (f('pair') != [1, 2]) and type(f('pair')) is tuple",
+             "f('nested') == {'a': [1, (2, [3])]} and [1, 2] == f('pair')",
+             "f('list') == (1, 2) and type(f('list')) is list and f('pair') != [2, 1]")
+    fails = ("f('pair') == [1, 2, 3]", "f('pair') != (1, 2)", "f('nested') == {'a': [1, [2, 3]]}",
+             "f('pair') == {1, 2}", "f('list') == [1, 2] == (1, 2)")  # a chain keeps Python's meaning
+    jobs = [checked_job(program, "", f"assert {condition}\n", "f", call_check=False) for condition in holds + fails]
+    results = sandbox.run_many(jobs)
+    assert [passed(r) for r in results] == [True] * len(holds) + [False] * len(fails)

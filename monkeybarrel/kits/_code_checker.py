@@ -18,16 +18,19 @@ A value crosses as the task means it (``encode``): any number by its value acros
 (``numbers.Integral`` -> int, a ``Fraction`` or a finite ``Decimal`` -> its exact rational, an int
 when whole, other reals -> float), any mapping by its items (dict), any sequence by its items
 (``UserList``, ``deque``, ``range``, arrays -> list), any set by its items, numpy values through
-``tolist()``. On the checker's side a returned sequence is an ``Items`` (a list) or ``ItemsTuple``
-(a tuple), which compare equal to a list or tuple with equal items in order, so a tuple returned
-where the tests expect a list (or the reverse) is the same answer; everything else is compared by
-Python's own rules between the checker's trusted values (``Fraction(1, 2) == 0.5``).
+``tolist()``. The checker rebuilds exact built-ins (types included; a non-whole rational as a
+``Fraction``), and every single ``==`` and ``!=`` of the tests is compared by ``same`` (the tests'
+syntax tree is rewritten, ``EqualityBySame``): sequences (lists and tuples) by their items in order,
+mappings by their items, anything else by Python's own ``==`` between the checker's trusted values
+(``Fraction(1, 2) == 0.5``), so a tuple returned where the tests expect a list, or the reverse, is
+the same answer, while ``type(x) is tuple`` still sees what the candidate returned.
 The hidden tests are never on the run's disk and never in the candidate process's memory (it was
 forked before the checker read them). A candidate that exits (``sys.exit``, ``os._exit``, ``exec``),
 kills or stops the checker, or prints anything only makes the run fail: the token is in no file, no
 environment variable and no memory the candidate can read.
 """
 
+import ast
 import builtins
 import collections
 import collections.abc
@@ -51,30 +54,37 @@ class CandidateError(Exception):
     that is not a plain built-in exception)."""
 
 
-class Items(list):
-    """A sequence the candidate returned, as the checker holds it: equal to any list or tuple with equal
-    items in the same order (the task means the items, not the container's type)."""
-
-    __slots__ = ()
-
-    def __eq__(self, other):
-        if isinstance(other, (list, tuple)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    def __ne__(self, other):
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    __hash__ = None
+def same(a, b, depth=0):
+    """Equality as the task means it: lists and tuples by their items in order, dicts by their items (values
+    compared the same way), everything else by ``==``; the tests' ``==`` and ``!=`` go through it."""
+    if a is b:
+        return True
+    if type(a) is type(b) and type(a) in (list, tuple, dict) and a == b:  # Python's own (C) equality holds
+        return True
+    if depth < 100 and isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y, depth + 1) for x, y in zip(a, b))
+    if depth < 100 and isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[key], b[key], depth + 1) for key in a)
+    return a == b
 
 
-class ItemsTuple(tuple):
-    """A tuple the candidate returned, as the checker holds it: like ``Items``, and hashable as a tuple."""
+class EqualityBySame(ast.NodeTransformer):
+    """Rewrites ``x == y`` into ``__same__(x, y)`` and ``x != y`` into ``not __same__(x, y)`` (single comparisons;
+    chains such as ``a == b == c`` keep Python's meaning)."""
 
-    __slots__ = ()
-    __eq__, __ne__ = Items.__eq__, Items.__ne__
-    __hash__ = tuple.__hash__
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            return node
+        call = ast.Call(func=ast.Name("__same__", ast.Load()), args=[node.left, node.comparators[0]], keywords=[])
+        replaced = call if isinstance(node.ops[0], ast.Eq) else ast.UnaryOp(ast.Not(), call)
+        return ast.copy_location(replaced, node)
+
+
+def compile_tests(source):
+    """The tests' code object, with every single ``==``/``!=`` comparing by ``same``."""
+    tree = EqualityBySame().visit(ast.parse(source, "tests.py"))
+    return compile(ast.fix_missing_locations(tree), "tests.py", "exec")
 
 
 def rational(numerator, denominator):
@@ -133,27 +143,24 @@ def encode(value, depth=0):
     return by_meaning(value, depth)
 
 
-def decode(node, depth=0, answer=False):
-    """The value ``encode`` described, built from JSON only into trusted types (built-ins, ``Fraction``; with
-    ``answer``, the checker's view of a returned value: sequences as ``Items``/``ItemsTuple``); anything
-    else is a CandidateError."""
+def decode(node, depth=0):
+    """The value ``encode`` described, built from JSON only into trusted types (built-ins, ``Fraction``);
+    anything else is a CandidateError."""
     if depth > 100:
         raise CandidateError("value nested more than 100 levels deep")
     if node is None or type(node) in (bool, int, float, str):
         return node
     if type(node) is list:
-        return (Items if answer else list)(decode(item, depth + 1, answer) for item in node)
+        return [decode(item, depth + 1) for item in node]
     if type(node) is dict and len(node) == 1:
         (tag, body), = node.items()
         if tag in ("t", "s", "fs") and type(body) is list:
-            items = [decode(item, depth + 1, answer) for item in body]
-            if tag == "t":
-                return ItemsTuple(items) if answer else tuple(items)
-            return set(items) if tag == "s" else frozenset(items)
+            items = [decode(item, depth + 1) for item in body]
+            return tuple(items) if tag == "t" else set(items) if tag == "s" else frozenset(items)
         if tag == "q" and type(body) is list and len(body) == 2 and all(type(x) is int for x in body) and body[1] > 0:
             return fractions.Fraction(*body)
         if tag == "d" and type(body) is list and all(type(p) is list and len(p) == 2 for p in body):
-            return {decode(k, depth + 1, answer): decode(v, depth + 1, answer) for k, v in body}
+            return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
         if tag in ("b", "ba") and type(body) is str:
             try:
                 data = bytes.fromhex(body)
@@ -257,7 +264,7 @@ class Candidate:
             raise CandidateError("the candidate process broke the protocol")
         (kind, body), = answer.items()
         if kind == "ok":
-            return decode(body, answer=True)
+            return decode(body)
         if kind == "raise" and type(body) is list and len(body) == 2 and all(type(x) is str for x in body):
             name, message = body
             if name in _SAFE_EXCEPTIONS:
@@ -301,11 +308,11 @@ def main():
     os.close(go_w)
     sys.stdout = sys.stderr  # the tests' prints; the token goes to fd 1 directly
     candidate = Candidate(pid, calls_w, answers_r, entry_point)
-    namespace = {"__name__": "__checker__", "__builtins__": builtins}
+    namespace = {"__name__": "__checker__", "__builtins__": builtins, "__same__": same}
     try:
         exec(compile(spec["prelude"], "prompt.py", "exec"), namespace)
         namespace[entry_point] = candidate
-        exec(compile(spec["tests"], "tests.py", "exec"), namespace)
+        exec(compile_tests(spec["tests"]), namespace)
         if spec["call_check"]:
             namespace["check"](candidate)
     except BaseException:

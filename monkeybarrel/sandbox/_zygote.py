@@ -43,7 +43,7 @@ import time
 
 # modules most test programs import, loaded once here so each run's fork starts warm
 import collections, functools, itertools, math, re, string, typing, heapq, bisect, hashlib, hmac  # noqa: E401,F401
-import collections.abc, decimal, fractions, numbers  # noqa: E401,F401 - the checker's (kits/_code_checker.py)
+import ast, collections.abc, decimal, fractions, numbers  # noqa: E401,F401 - the checker's (kits/_code_checker.py)
 import runpy
 import site
 import traceback
