@@ -114,7 +114,13 @@ def drive(layer: str, names: tuple[str, ...], concurrent: bool, plants: bool, vi
 def _free_uid() -> int:
     """A uid with no passwd entry and no process (the breach sweep of ``none`` may kill that uid's processes)."""
     used = {int(line.split(":")[2]) for line in Path("/etc/passwd").read_text().splitlines() if line.count(":") >= 3}
-    running = {entry.stat().st_uid for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    running = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                running.add(entry.stat().st_uid)
+            except OSError:  # ended meanwhile
+                continue
     return next(uid for uid in range(42420, 43420) if uid not in used | running)
 
 
