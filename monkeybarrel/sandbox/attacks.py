@@ -586,9 +586,10 @@ def unprivileged_python(uid: int) -> tuple[list[str], dict[str, str]] | str:
     if os.geteuid() != 0 or setpriv is None:
         return "needs root and setpriv to run as another uid"
     prefix = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-    import monkeybarrel
+    import importlib.util
 
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(monkeybarrel.__file__)))  # the one in use
+    package = importlib.util.find_spec("monkeybarrel").submodule_search_locations[0]  # the one in use
+    package_root = os.path.dirname(os.path.abspath(package))
     stdlib = os.path.realpath(sys.base_prefix)
     paths = [package_root] + [p for p in sys.path if p and os.path.isdir(p)
                               and not os.path.realpath(p).startswith(stdlib + os.sep)]  # another interpreter's own
