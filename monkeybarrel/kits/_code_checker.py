@@ -14,15 +14,31 @@ Two processes, so the candidate's code never shares one with the tests:
 
 Values cross as tagged JSON and the checker rebuilds plain builtins from them, so an object that
 claims to equal everything, a patched ``builtins`` or a trace hook stays in the candidate's process.
+A value crosses as the task means it (``encode``): any number by its value across the numeric tower
+(``numbers.Integral`` -> int, a ``Fraction`` or a finite ``Decimal`` -> its exact rational, an int
+when whole, other reals -> float), any mapping by its items (dict), any sequence by its items
+(``UserList``, ``deque``, ``range``, arrays -> list), any set by its items, numpy values through
+``tolist()``. The checker rebuilds exact built-ins (types included; a non-whole rational as a
+``Fraction``), and every single ``==`` and ``!=`` of the tests is compared by ``same`` (the tests'
+syntax tree is rewritten, ``EqualityBySame``): sequences (lists and tuples) by their items in order,
+mappings by their items, anything else by Python's own ``==`` between the checker's trusted values
+(``Fraction(1, 2) == 0.5``), so a tuple returned where the tests expect a list, or the reverse, is
+the same answer, while ``type(x) is tuple`` still sees what the candidate returned.
 The hidden tests are never on the run's disk and never in the candidate process's memory (it was
 forked before the checker read them). A candidate that exits (``sys.exit``, ``os._exit``, ``exec``),
 kills or stops the checker, or prints anything only makes the run fail: the token is in no file, no
 environment variable and no memory the candidate can read.
 """
 
+import ast
 import builtins
+import collections
+import collections.abc
 import ctypes
+import decimal
+import fractions
 import json
+import numbers
 import os
 import signal
 import sys
@@ -38,8 +54,72 @@ class CandidateError(Exception):
     that is not a plain built-in exception)."""
 
 
+def same(a, b, depth=0):
+    """Equality as the task means it: lists and tuples by their items in order, dicts by their items (values
+    compared the same way), everything else by ``==``; the tests' ``==`` and ``!=`` go through it."""
+    if a is b:
+        return True
+    if type(a) is type(b) and type(a) in (list, tuple, dict) and a == b:  # Python's own (C) equality holds
+        return True
+    if depth < 100 and isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y, depth + 1) for x, y in zip(a, b))
+    if depth < 100 and isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[key], b[key], depth + 1) for key in a)
+    return a == b
+
+
+class EqualityBySame(ast.NodeTransformer):
+    """Rewrites ``x == y`` into ``__same__(x, y)`` and ``x != y`` into ``not __same__(x, y)`` (single comparisons;
+    chains such as ``a == b == c`` keep Python's meaning)."""
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            return node
+        call = ast.Call(func=ast.Name("__same__", ast.Load()), args=[node.left, node.comparators[0]], keywords=[])
+        replaced = call if isinstance(node.ops[0], ast.Eq) else ast.UnaryOp(ast.Not(), call)
+        return ast.copy_location(replaced, node)
+
+
+def compile_tests(source):
+    """The tests' code object, with every single ``==``/``!=`` comparing by ``same``."""
+    tree = EqualityBySame().visit(ast.parse(source, "tests.py"))
+    return compile(ast.fix_missing_locations(tree), "tests.py", "exec")
+
+
+def rational(numerator, denominator):
+    """The JSON form of an exact rational: an int when whole, else tagged ``q``."""
+    return numerator if denominator == 1 else {"q": [numerator, denominator]}
+
+
+def by_meaning(value, depth):
+    """A value of another type, as the task means it (numbers by value, collections by items), or TypeError."""
+    if isinstance(value, numbers.Rational) and hasattr(value, "denominator"):  # exact, whatever it claims to be
+        return rational(int(value.numerator), int(value.denominator))
+    if isinstance(value, numbers.Integral):  # registered without the ABC's numerator/denominator
+        return int(value)
+    if isinstance(value, decimal.Decimal):
+        return rational(*value.as_integer_ratio()) if value.is_finite() else float(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, numbers.Complex):
+        return encode(complex(value), depth)
+    if isinstance(value, collections.UserString):
+        return str(value.data)
+    if isinstance(value, collections.abc.Mapping):
+        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, collections.abc.Set):
+        return {"s": [encode(item, depth + 1) for item in value]}
+    if isinstance(value, collections.abc.Sequence):
+        return [encode(item, depth + 1) for item in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
+        return encode(value.tolist(), depth + 1)
+    raise TypeError(f"a {type(value).__name__} cannot cross between the checker and the candidate")
+
+
 def encode(value, depth=0):
-    """A JSON-ready form of a plain value (tuples, sets, dicts with any keys, bytes, complex tagged)."""
+    """A JSON-ready form of a value (tuples, sets, dicts with any keys, bytes, complex and non-whole
+    rationals tagged; other types by ``by_meaning``)."""
     if depth > 100:
         raise ValueError("value nested more than 100 levels deep")
     if value is None or isinstance(value, (bool, str)):
@@ -60,11 +140,12 @@ def encode(value, depth=0):
         return {"fs" if isinstance(value, frozenset) else "s": [encode(item, depth + 1) for item in value]}
     if isinstance(value, dict):
         return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
-    raise TypeError(f"a {type(value).__name__} cannot cross between the checker and the candidate")
+    return by_meaning(value, depth)
 
 
 def decode(node, depth=0):
-    """The plain value ``encode`` described (built from JSON only; anything else is a CandidateError)."""
+    """The value ``encode`` described, built from JSON only into trusted types (built-ins, ``Fraction``);
+    anything else is a CandidateError."""
     if depth > 100:
         raise CandidateError("value nested more than 100 levels deep")
     if node is None or type(node) in (bool, int, float, str):
@@ -76,6 +157,8 @@ def decode(node, depth=0):
         if tag in ("t", "s", "fs") and type(body) is list:
             items = [decode(item, depth + 1) for item in body]
             return tuple(items) if tag == "t" else set(items) if tag == "s" else frozenset(items)
+        if tag == "q" and type(body) is list and len(body) == 2 and all(type(x) is int for x in body) and body[1] > 0:
+            return fractions.Fraction(*body)
         if tag == "d" and type(body) is list and all(type(p) is list and len(p) == 2 for p in body):
             return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
         if tag in ("b", "ba") and type(body) is str:
@@ -225,11 +308,11 @@ def main():
     os.close(go_w)
     sys.stdout = sys.stderr  # the tests' prints; the token goes to fd 1 directly
     candidate = Candidate(pid, calls_w, answers_r, entry_point)
-    namespace = {"__name__": "__checker__", "__builtins__": builtins}
+    namespace = {"__name__": "__checker__", "__builtins__": builtins, "__same__": same}
     try:
         exec(compile(spec["prelude"], "prompt.py", "exec"), namespace)
         namespace[entry_point] = candidate
-        exec(compile(spec["tests"], "tests.py", "exec"), namespace)
+        exec(compile_tests(spec["tests"]), namespace)
         if spec["call_check"]:
             namespace["check"](candidate)
     except BaseException:

@@ -124,7 +124,7 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
     samplers = start_samplers(config)  # Ray actors load their models while the task's data loads
     try:
         task, problems = preflight(config)  # data, plug-ins, models and servers are checked before the directory is touched
-        announce_sandboxes(layers_used(mark), show_progress)
+        announce_sandboxes(layers_used(mark))
         ExperimentStore.check_target(out_dir)  # a run writes into a new or empty directory or its own store only
         with RunLock(out_dir, "run"):
             return _run_locked(config, out_dir, force, show_progress, task, problems, began, samplers, mark)
@@ -132,15 +132,14 @@ def run_experiment(config: ExperimentConfig, out_dir: str | Path, *, force: bool
         close_samplers(samplers)
 
 
-def announce_sandboxes(layers: list[LayerInfo], show_progress: bool) -> None:
-    """One line per sandbox layer the run uses: a warning when it lacks protections."""
+def announce_sandboxes(layers: list[LayerInfo]) -> None:
+    """One start line per sandbox layer the run uses, with or without progress bars: a warning when it
+    lacks protections."""
     for layer in layers:
         if layer.lacks:
             log.warning("%s", layer.line())
-        elif show_progress:
-            print(layer.line(), file=sys.stderr)
         else:
-            log.info("%s", layer.line())
+            print(layer.line(), file=sys.stderr)
 
 
 def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show_progress: bool, task: Task,

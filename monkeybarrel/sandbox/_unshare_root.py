@@ -6,7 +6,8 @@ is not root), before any untrusted code. SPEC (JSON) gives ``root`` (an empty ho
 on), ``files`` (the host directory holding the run's files), ``disk`` (bytes per writable mount),
 ``view`` (``[kind, source, target]`` of what the run may see: ``ro-bind``, ``ro-bind-try``,
 ``symlink``), ``uid`` (drop to this uid/gid; as root) or ``map_user`` (``[uid, gid]``: a nested user
-namespace in which the program is that uid with no capabilities; not as root).
+namespace in which the program is that uid with no capabilities; not as root), ``seccomp`` (the
+keyring filter as hex, installed last; ``seccomp.py``).
 
 The root: a small tmpfs with read-only binds of the view, a fresh ``/proc`` of the run's pid
 namespace, a minimal ``/dev``, sized tmpfs mounts ``/work`` (the run's files, copied in),
@@ -156,6 +157,8 @@ def main():
         write("/proc/self/setgroups", "deny")
         write("/proc/self/uid_map", f"{uid} 0 1")
         write("/proc/self/gid_map", f"{gid} 0 1")
+    if spec.get("seccomp"):
+        install_seccomp(spec["seccomp"])  # noqa: F821 - defined by seccomp.INSTALL_SOURCE in front of this source
     os.execv(command[0], command)
 
 

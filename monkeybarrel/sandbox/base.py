@@ -176,7 +176,8 @@ FULL_ISOLATION: dict[str, tuple[tuple[str, ...], str]] = {
     "network namespace": (("netns",), "programs reach the host's network, also in runs with network=False"),
     "host file system hidden": (("minimal-view", "container"),
                                 "programs see the host's files and unix sockets (file permissions only)"),
-    "pid namespace": (("pidns",), "programs see the host's processes; leftovers are found and killed by uid"),
+    "pid namespace": (("pidns",), "programs see the host's processes and can signal those of their uid; what a "
+                                  "run starts is killed when it ends by its keeper"),
     "IPC namespace": (("ipcns",), "programs share the host's SysV IPC and message queues"),
     "private scratch": (("private-tmp",), "programs share the host's /tmp, /var/tmp and /dev/shm"),
     "separate uid": (("uid", "userns", "user"), "programs run as a uid that is not the sandbox's own (yours, or "
@@ -186,6 +187,8 @@ FULL_ISOLATION: dict[str, tuple[tuple[str, ...], str]] = {
                                                    "run's process tree"),
     "processes of the whole run": (("cgroup-pids",), "processes are limited per uid (RLIMIT_NPROC), not per run"),
     "disk budget": (("disk-budget",), "the work directory has no size limit"),
+    "no kernel keyrings": (("no-keyring", "container"), "programs can leave keys in the kernel keyrings of their uid, "
+                                                        "where later runs of that uid read them"),
 }
 """What a full layer gives: ``{name: (protections that provide it (any), what a run lacks without it)}``."""
 

@@ -4,13 +4,16 @@ A run's argv is a chain of ``exec``s, each a trusted tool, before the program:
 
 1. the *gate* (``/bin/sh``, as the caller): writes its own pid to the run's cgroup files (so every
    descendant is inside the limits from the start), moves the wrapper's status pipe from fd 0 to
-   fd 9 and opens the program's stdin;
+   fd 9 and opens the program's stdin; for ``none``, the gate becomes the run's *keeper*
+   (``_reaper.py``, as the caller: a child subreaper that kills whatever the run started when it
+   ends) and the rest of the chain is its child;
 2. ``setpriv`` (as root, for ``bwrap`` and ``none``): drops to the slot's unprivileged uid/gid with
    no supplementary groups (under ``unshare`` this happens inside, after building the run's root);
 3. ``prlimit``: the rlimits;
 4. the layer: ``bwrap`` (a minimal read-only view, see ``view_args``), ``unshare`` (pid, network,
    IPC, UTS, mount and, when not root, user namespaces; ``_unshare_root.py`` builds the same minimal
-   read-only view with sized private mounts and pivots into it), or nothing (``none``);
+   read-only view with sized private mounts and pivots into it), or nothing (``none``). Each layer
+   (for ``none``: the keeper) installs the keyring filter (``seccomp.py``) in front of the program;
 5. the *init* (``/bin/sh``, pid 1 of the run's pid namespace where there is one): writes one byte
    to fd 9 (the program is about to start: every wrapper before it worked), closes fd 9 and runs
    the command; signals sent to the program then work as usual, and when the init exits the
@@ -31,6 +34,8 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from .seccomp import INSTALL_SOURCE
 
 ISOLATION_LEVELS = ("bwrap", "unshare", "none")
 ISOLATION_ENV = "MONKEYBARREL_SANDBOX_ISOLATION"
@@ -74,6 +79,13 @@ class RunSpec:
     extra_binds: tuple[str, ...] = ()
     staging: str = ""
     """``unshare``: the host directory holding the run's files and an empty ``root`` directory beside them."""
+    seccomp: bytes | None = None
+    """The seccomp filter program (``seccomp.keyring_filter``) installed in front of the program; None: none."""
+    seccomp_fd: int | None = None
+    """``bwrap``: an fd (above ``STATUS_FD``) holding ``seccomp``, which bubblewrap reads and installs."""
+    caps: tuple[str, ...] = ()
+    """``bwrap``: capabilities of the sandbox's own user namespace its first process keeps (a warm slot's
+    server: ``WARM_SERVER_CAPS``); none for a run."""
 
 
 def above_status_fd(fd: int) -> int:
@@ -100,6 +112,8 @@ def chain(spec: RunSpec, files: list[tuple[int, str]] | None = None, init: bool 
     """The argv up to (not including) the command. ``files``: ``(fd, path inside)`` for bwrap to copy.
     A warm slot's server takes no init and no rlimits (each of its runs sets its own)."""
     argv = gate_argv(spec)
+    if spec.isolation == "none" and init:
+        argv += keeper_args(spec)  # as the caller (root: out of the run's reach), before the uid drop
     if spec.uid is not None and spec.isolation in ("bwrap", "none"):
         argv += [tool("setpriv"), f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--"]
     if rlimits:
@@ -142,12 +156,28 @@ def bwrap_args(spec: RunSpec, files: list[tuple[int, str]], die_with_parent: boo
              "--unshare-cgroup-try", "--hostname", "sandbox", "--new-session", "--as-pid-1"]
     if die_with_parent:
         argv.append("--die-with-parent")
+    if spec.seccomp_fd is not None:
+        argv += ["--seccomp", str(spec.seccomp_fd)]
+    for cap in spec.caps:
+        argv += ["--cap-add", cap]
     if not spec.network:
         argv.append("--unshare-net")
     return argv + ["--"]
 
 
-UNSHARE_ROOT = Path(__file__).with_name("_unshare_root.py").read_text()
+UNSHARE_ROOT = INSTALL_SOURCE + Path(__file__).with_name("_unshare_root.py").read_text()
+KEEPER = INSTALL_SOURCE + Path(__file__).with_name("_reaper.py").read_text()
+
+
+def host_python() -> str:
+    """The host's own interpreter (resolved), which runs the trusted helpers in a run's chain."""
+    return os.path.realpath(sys.executable)
+
+
+def keeper_args(spec: RunSpec) -> list[str]:
+    """The ``none`` layer's keeper (``_reaper.py``) in front of the init: nothing the run starts outlives it."""
+    keeper = {"seccomp": spec.seccomp.hex() if spec.seccomp else None}
+    return [host_python(), "-I", "-S", "-c", KEEPER, json.dumps(keeper)]
 
 
 def unshare_args(spec: RunSpec) -> list[str]:
@@ -163,13 +193,14 @@ def unshare_args(spec: RunSpec) -> list[str]:
     if not spec.network:
         argv.append("--net")
     build = {"root": os.path.join(spec.staging, "root"), "files": os.path.join(spec.staging, "files"),
-             "disk": spec.disk_bytes, "view": view_entries(spec.extra_binds)}
+             "disk": spec.disk_bytes, "view": view_entries(spec.extra_binds),
+             "seccomp": spec.seccomp.hex() if spec.seccomp else None}
     if spec.uid is not None:
         build["uid"] = spec.uid
     else:
         argv[1:1] = ["--user", "--map-root-user"]
         build["map_user"] = [os.getuid(), os.getgid()]
-    return argv + ["--", os.path.realpath(sys.executable), "-I", "-S", "-c", UNSHARE_ROOT, json.dumps(build)]
+    return argv + ["--", host_python(), "-I", "-S", "-c", UNSHARE_ROOT, json.dumps(build)]
 
 
 @lru_cache(maxsize=None)

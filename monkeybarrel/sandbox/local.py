@@ -14,11 +14,14 @@ isolation by name; each can be forced, and the tests run under each):
   read-only view of the host as ``bwrap`` with sized private ``/work``, ``/tmp``, ``/var/tmp``,
   ``/run``, ``/dev/shm``, built by ``_unshare_root.py``, which pivots into it and detaches the host's
   tree (no host path, unix sockets included, can be named). A full layer like ``bwrap``.
-* ``none``: a new session and process group only: the host's network and file system. Refused unless
-  the user asks for it by name (``isolation="none", allow_unisolated=True``); ``auto`` never picks it.
+* ``none``: no namespace: the host's network and file system. A keeper (``_reaper.py``, a child
+  subreaper) kills whatever a run started when it ends; as another user than root, runs of that uid
+  take turns machine-wide (``unisolated.py``). Refused unless the user asks for it by name
+  (``isolation="none", allow_unisolated=True``); ``auto`` never picks it.
 
-Always: a per-slot cgroup where the host allows one (``cgroups.py``: memory+swap and pids of the
-whole tree, kernel-counted CPU time and OOM kills; otherwise a warning, RLIMIT_AS per process and
+Always: the keyring filter (``seccomp.py``: keys would outlive a run under its uid), a per-slot
+cgroup where the host allows one (``cgroups.py``: memory+swap and pids of the whole tree,
+kernel-counted CPU time and OOM kills; otherwise a warning, RLIMIT_AS per process and
 RLIMIT_NPROC per uid), rlimits through ``prlimit`` (CPU seconds, processes, file size, open files,
 no core dumps), a new session, a minimal environment, the whole tree killed at the wall-time limit.
 As root, each concurrent slot runs under its own unprivileged uid (``uid_base + slot``) and, under
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import dataclasses
 import fcntl
 import os
 import queue
@@ -51,9 +55,24 @@ from .base import (SANDBOXES, ExecutionResult, LayerInfo, Limits, Outcome, Outpu
 from .cgroups import CgroupTree, CgroupUnavailable, RunGroup, kill_until_gone
 from .layers import (ISOLATION_ENV, ISOLATION_LEVELS, WORKDIR, RunSpec, above_status_fd, chain,
                      interpreter_prefix, which)
+from .removal import remove_tree
 from .sealed import SEALED_ENV, new_token, sealed_memfd, split_verdict
-from .warm_python import WarmSlot, warm_argv
+from .seccomp import keyring_filter
+from .unisolated import UidTurn, start_ticks, stop_keeper, sweep_escapees, sweep_host_scratch
+from .warm_python import WARM_SERVER_CAPS, WarmSlot, warm_argv
 
+_NONE_AS_ROOT = ("programs run as their slot's own leased uid (never yours): other slots' processes and files are out "
+                 "of their reach; when a run ends, a keeper process kills what it started, what is left of that uid is "
+                 "killed, and its files in /tmp, /var/tmp, /dev/shm, /run/lock and its SysV IPC are removed; files it "
+                 "wrote in other world-writable places of the host stay")
+_NONE_AS_CALLER = ("programs run as YOUR uid ({uid}): they can read and write every file you can (this checkout, the "
+                   "experiment's store, your home) and signal or take over every process of yours, this one included; "
+                   "what a run starts is killed when it ends by a keeper process (a child subreaper), runs of uid "
+                   "{uid} take turns machine-wide (never two at once), and if a run kills its keeper, the processes of "
+                   "uid {uid} started during it that are not this process's are killed")
+_NONE_AS_ROOT_ITSELF = ("programs run as ROOT (allow_root): they can do anything on this machine; what a run starts is "
+                        "killed when it ends by a keeper process (a child subreaper), and runs take turns (never two "
+                        "at once)")
 _OPT_IN = ("to run without isolation anyway, ask for it by name: sandbox options "
            "{type: local, isolation: none, allow_unisolated: true} (LocalSandbox(isolation='none', "
            "allow_unisolated=True))")
@@ -61,9 +80,12 @@ _PROBES: dict[tuple[str, bool], str | None] = {}
 _PROBE_LOCK = threading.Lock()
 _GRACE_S = 0.2
 _UID_RANGE = 4096
-_CHAIN_PROCESSES = {"bwrap": 2, "unshare": 2, "none": 1}
-"""Processes of the wrapper chain in a run's pids cgroup besides the program: bwrap's monitor or
-unshare's parent, and the init shell (the gate, setpriv and prlimit ``exec`` into the next one)."""
+_CHAIN_PROCESSES = {"bwrap": 2, "unshare": 2, "none": 2}
+"""Processes of the wrapper chain in a run's pids cgroup besides the program: bwrap's monitor,
+unshare's parent or the ``none`` keeper, and the init shell (the gate, setpriv and prlimit ``exec``
+into the next one)."""
+_WARM_PROCESSES = 2
+"""Processes of a warm run in its pids cgroup besides the program: the maker (briefly) and the run's init."""
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1"}
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -191,11 +213,20 @@ class LocalSandbox(Sandbox):
             layers.append("userns")
         if self.isolation in ("bwrap", "unshare"):
             layers += ["pidns", "netns", "ipcns", "mntns", "ro-root", "minimal-view", "private-tmp"]
+        else:
+            layers.append("keeper")  # a child subreaper kills what the run started (_reaper.py)
+            if not self.as_root:
+                layers.append("turns")  # runs of the caller's uid never overlap (unisolated.UidTurn)
+        if keyring_filter() is not None:
+            layers.append("no-keyring")
         return tuple(layers)
 
     def layer(self) -> LayerInfo:
         """The layer this sandbox runs (``bwrap``, ``bwrap+warm``, ``unshare``, ``none``) and what it lacks."""
         notes = () if self.cgroup_problem is None else (f"no per-run cgroup: {self.cgroup_problem}",)
+        if self.isolation == "none":
+            notes += (_NONE_AS_ROOT if self.as_root else _NONE_AS_ROOT_ITSELF if os.getuid() == 0
+                      else _NONE_AS_CALLER.format(uid=os.getuid()),)
         return LayerInfo("local", self.isolation + ("+warm" if self.warm_python else ""), self.protections,
                          opt_in="allow_unisolated" if self.isolation == "none" else None, notes=notes)
 
@@ -219,8 +250,10 @@ class LocalSandbox(Sandbox):
             uid = self._uids[slot] if self.as_root else None
             warm = warm_argv(command, self.python_names) if self.warm_python and not limits.network else None
             if warm is not None:
-                return self._execute_warm(self._warm_slot(slot, resolved, uid, limits), files, *warm, stdin, limits,
-                                          self._groups[slot], sealed)
+                result = self._execute_warm(self._warm_slot(slot, resolved, uid, limits), files, *warm, stdin, limits,
+                                            self._groups[slot], sealed)
+                if result is not None:
+                    return result
             return self._execute(slot, files, [resolved, *command[1:]], stdin, limits, uid, sealed)
         except (OSError, ValueError) as exc:
             return self._failed(f"{type(exc).__name__}: {exc}", limits)
@@ -248,7 +281,8 @@ class LocalSandbox(Sandbox):
 
     # ---- steps --------------------------------------------------------------------------------
     def _spec(self, limits: Limits, uid: int | None, group: RunGroup | None, stdin_path: str, workdir: str,
-              extra: tuple[str, ...], chain_processes: int, staging: str = "") -> RunSpec:
+              extra: tuple[str, ...], chain_processes: int, staging: str = "",
+              seccomp_fd: int | None = None) -> RunSpec:
         nproc = limits.processes + chain_processes
         if not self.as_root:
             nproc += _own_process_count()
@@ -256,7 +290,8 @@ class LocalSandbox(Sandbox):
                        stdin_path=stdin_path, cpu_s=limits.cpu_seconds,
                        memory_bytes=None if group is not None else limits.memory_mb << 20, nproc=nproc,
                        fsize_bytes=limits.file_size_mb << 20, nofile=limits.open_files, network=limits.network,
-                       disk_bytes=limits.disk_mb << 20, workdir=workdir, extra_binds=extra, staging=staging)
+                       disk_bytes=limits.disk_mb << 20, workdir=workdir, extra_binds=extra, staging=staging,
+                       seccomp=keyring_filter(), seccomp_fd=seccomp_fd)
 
     def _extra_binds(self, command0: str) -> tuple[str, ...]:
         prefix = interpreter_prefix(command0, self.env["PATH"])
@@ -264,6 +299,17 @@ class LocalSandbox(Sandbox):
 
     def _execute(self, slot: int, files: Mapping[str, str | bytes], command: list[str], stdin: str | bytes | None,
                  limits: Limits, uid: int | None, sealed: bytes | None = None) -> ExecutionResult:
+        if self.isolation == "none" and not self.as_root:  # the caller's own uid: its runs never overlap
+            try:
+                with UidTurn(os.getuid()):
+                    return self._execute_once(slot, files, command, stdin, limits, uid, sealed)
+            except TimeoutError as exc:
+                return self._failed(str(exc), limits)
+        return self._execute_once(slot, files, command, stdin, limits, uid, sealed)
+
+    def _execute_once(self, slot: int, files: Mapping[str, str | bytes], command: list[str],
+                      stdin: str | bytes | None, limits: Limits, uid: int | None,
+                      sealed: bytes | None = None) -> ExecutionResult:
         group = self._groups[slot]
         fds: list[int] = []
         host_workdir = staging = None
@@ -273,8 +319,12 @@ class LocalSandbox(Sandbox):
             stdin_fd = _sealed_memfd("stdin", b"" if stdin is None else stdin)
             fds.append(stdin_fd)
             copies: list[tuple[int, str]] = []
+            seccomp_fd = None
             if self.isolation == "bwrap":
                 workdir = WORKDIR
+                if keyring_filter() is not None:
+                    seccomp_fd = _sealed_memfd("seccomp", keyring_filter())
+                    fds.append(seccomp_fd)
                 for rel, content in files.items():
                     fd = _sealed_memfd("file", content)
                     fds.append(fd)
@@ -294,12 +344,14 @@ class LocalSandbox(Sandbox):
                 group.set_limits(limits.memory_mb, limits.processes + _CHAIN_PROCESSES[self.isolation])
                 before = group.counters()
             spec = self._spec(limits, uid, group, f"/proc/self/fd/{stdin_fd}", workdir,
-                              self._extra_binds(command[0]), _CHAIN_PROCESSES[self.isolation], staging or "")
+                              self._extra_binds(command[0]), _CHAIN_PROCESSES[self.isolation], staging or "",
+                              seccomp_fd)
             argv = chain(spec, copies) + command
             started = time.perf_counter()
             process = subprocess.Popen(argv, cwd=host_workdir or staging or "/", env=env, stdin=status_w,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                        close_fds=True, pass_fds=fds)
+            born = start_ticks(process.pid)
         except BaseException:
             for path in (host_workdir, staging):
                 if path is not None:
@@ -315,23 +367,28 @@ class LocalSandbox(Sandbox):
                     pass
         try:
             out, err = OutputBuffer(limits.output_bytes), OutputBuffer(limits.output_bytes)
+            end = stop_keeper if self.isolation == "none" else lambda p: _kill_tree(p.pid)
             try:
                 timed_out = _drain(process, out, err, started + limits.time_s)
             except BaseException:  # e.g. Ctrl-C: nothing of the run outlives the caller's interruption
-                _kill_tree(process.pid)
+                end(process)
                 if group is not None:
                     group.kill()
                 process.wait()
                 raise
             tree_cpu = _tree_cpu_seconds(process.pid) if timed_out and group is None else None
-            _kill_tree(process.pid)  # timed out, or leftovers of a finished run (a no-op when none)
+            end(process)  # timed out, or leftovers of a finished run (a no-op when nothing is left)
             if group is not None:
                 group.kill()
             _, status, usage = os.wait4(process.pid, 0)
+            escaped = []
+            if self.isolation == "none" and os.WIFSIGNALED(status) and born is not None and os.getuid() != 0:
+                # the keeper was killed (by the run, or by us when it was kept stopped): find what the run left
+                escaped = sweep_escapees(os.getuid(), born)
             if uid is not None and group is None:
                 _kill_uid(uid)  # the namespace dies asynchronously: return only when nothing of the run is left
             if uid is not None and self.isolation == "none":
-                _sweep_host_scratch(uid)  # no private /tmp or IPC namespace: remove what the slot's uid left
+                sweep_host_scratch(uid, remove_tree)  # no private /tmp or IPC namespace: remove what that uid left
             wall = time.perf_counter() - started
             for stream in (process.stdout, process.stderr):
                 stream.close()
@@ -357,6 +414,9 @@ class LocalSandbox(Sandbox):
         else:
             cpu, oom = tree_cpu if tree_cpu is not None else usage.ru_utime + usage.ru_stime, False
         outcome, note = classify(exit_code, timed_out, limits, cpu_s=cpu, oom_killed=oom)
+        if escaped:
+            note = (f"{note}; " if note else "") + (f"the run killed its keeper; {len(escaped)} process(es) it left "
+                                                    "were found and killed")
         stdout, verdict = split_verdict(out.text(), token)
         return ExecutionResult(outcome=outcome, exit_code=exit_code, stdout=stdout, stderr=err.text(),
                                stdout_truncated=out.truncated, stderr_truncated=err.truncated, wall_s=wall,
@@ -371,7 +431,7 @@ class LocalSandbox(Sandbox):
             os.mkdir(os.path.join(staging, "root"))
             _write_files(os.path.join(staging, "files"), files)
         except BaseException:
-            _remove_tree(staging)
+            remove_tree(staging)
             raise
         return staging
 
@@ -410,7 +470,7 @@ class LocalSandbox(Sandbox):
         raise ValueError(f"no free sandbox uid in [{self.uid_base}, {self.uid_base + _UID_RANGE})")
 
     def _warm_slot(self, slot: int, interpreter: str, uid: int | None, limits: Limits) -> WarmSlot:
-        key = (slot, interpreter, limits.disk_mb)
+        key = (slot, interpreter)
         server = self._warm.get(key)
         if server is not None and server.runs >= self.recycle_after:
             server.stop()
@@ -421,25 +481,31 @@ class LocalSandbox(Sandbox):
             if server_group is None and self._cgroups is not None:
                 server_group = self._server_groups[slot] = self._cgroups.group(f"slot-{slot}-server")
             spec = self._spec(limits, uid, server_group, "/dev/null", WORKDIR, self._extra_binds(interpreter), 0)
-            prefix = chain(spec, init=False, rlimits=False, die_with_parent=False)
-            server = self._warm[key] = WarmSlot(prefix, interpreter, server_group)
+
+            def prefix(seccomp_fd: int | None) -> list[str]:
+                server_spec = dataclasses.replace(spec, seccomp_fd=seccomp_fd, caps=WARM_SERVER_CAPS)
+                return chain(server_spec, init=False, rlimits=False, die_with_parent=False)
+
+            server = self._warm[key] = WarmSlot(prefix, interpreter, server_group, keyring_filter())
         return server
 
-    def _execute_warm(self, server: WarmSlot, files: Mapping[str, str | bytes], argv: list[str], isolated: bool,
+    def _execute_warm(self, server: WarmSlot, files: Mapping[str, str | bytes], argv: list[str], flags: dict[str, bool],
                       stdin: str | bytes | None, limits: Limits, group: RunGroup | None,
-                      sealed: bytes | None = None) -> ExecutionResult:
+                      sealed: bytes | None = None) -> ExecutionResult | None:
+        """The run as a fork of the slot's server; None (the caller runs it fresh) when warm slots cannot make a
+        run's namespaces on this host (then warm forks are switched off, with a warning)."""
         data = b"" if stdin is None else stdin.encode() if isinstance(stdin, str) else bytes(stdin)
         env = {**self.env, "HOME": WORKDIR, "TMPDIR": "/tmp"}
         started = time.perf_counter()
         if group is not None:
-            group.set_limits(limits.memory_mb, limits.processes)
+            group.set_limits(limits.memory_mb, limits.processes + _WARM_PROCESSES)
             before = group.counters()
         token = None if sealed is None else new_token()
 
         def attempt() -> dict | str:
             sealed_fd = None if token is None else sealed_memfd(token, sealed)
             try:
-                return server.run(files, argv, isolated, data, env, limits, group, sealed_fd)
+                return server.run(files, argv, flags, data, env, limits, group, sealed_fd)
             finally:
                 if sealed_fd is not None:
                     os.close(sealed_fd)
@@ -448,6 +514,16 @@ class LocalSandbox(Sandbox):
         if reply == "died":  # the slot's server ended outside any run (e.g. recycled): once more, fresh
             reply = attempt()
         protections = (*self._run_protections(limits), "warm-python")
+        if isinstance(reply, dict) and "failed" in reply:
+            if group is not None:
+                group.kill()
+            if not reply["setup"]:  # its files did not fit: this run's failure
+                return self._failed(f"the warm slot could not write the run's files: {reply['failed']}", limits)
+            server.stop()  # the run's namespaces or mounts cannot be made on this host: fresh runs from now on
+            self.warm_python = False
+            warnings.warn(f"LocalSandbox: warm forks cannot set up a run here ({reply['failed']}); runs start fresh",
+                          RuntimeWarning, stacklevel=3)
+            return None
         if not isinstance(reply, dict):  # no answer in time ("timeout"), or the server died twice ("died")
             wall = time.perf_counter() - started
             if group is not None:
@@ -535,7 +611,7 @@ def _run_probe(level: str, uid: int | None) -> str | None:
         return str(exc)
     finally:
         if staging:
-            _remove_tree(staging)
+            remove_tree(staging)
 
 
 def _write_files(directory: str, files: Mapping[str, str | bytes]) -> None:
@@ -567,41 +643,7 @@ def _mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
 
 def _remove_workdir(path: str) -> None:
     _LIBC.umount2(path.encode(), 2)  # MNT_DETACH; fails harmlessly when nothing is mounted
-    _remove_tree(path)
-
-
-_HOST_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
-
-
-def _sweep_host_scratch(uid: int) -> None:
-    """Remove what ``uid`` (a sandbox slot's own uid) left in the host's shared scratch directories and
-    SysV IPC (the ``none`` layer has neither a mount nor an IPC namespace)."""
-    for top in _HOST_SCRATCH:
-        try:
-            entries = list(os.scandir(top))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    _remove_tree(entry.path)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                continue
-    for kind, remove in (("shm", lambda i: _LIBC.shmctl(i, 0, None)), ("sem", lambda i: _LIBC.semctl(i, 0, 0)),
-                         ("msg", lambda i: _LIBC.msgctl(i, 0, None))):  # IPC_RMID = 0
-        try:
-            header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
-        except OSError:
-            continue
-        columns = header.split()
-        for row in rows:
-            fields = row.split()
-            if int(fields[columns.index("uid")]) == uid or int(fields[columns.index("cuid")]) == uid:
-                remove(int(fields[1]))
+    remove_tree(path)
 
 
 def _exit_code(status: int) -> int:
@@ -721,22 +763,3 @@ def _own_process_count() -> int:
             except OSError:
                 continue
     return count
-
-
-def _remove_tree(top: str) -> None:
-    """``rmtree(top)``, making directories inside ``top`` writable where a run locked them. Permissions
-    are only ever changed inside ``top``: never on its parent (a shared directory such as the host's
-    ``/tmp``, whose mode every other user depends on)."""
-    top = os.path.abspath(top)
-
-    def force(function, path, exc_info) -> None:  # pragma: no cover - only for odd permissions
-        parent = os.path.dirname(os.path.abspath(path))
-        try:
-            if parent == top or parent.startswith(top + os.sep):
-                os.chmod(parent, 0o700)
-            os.chmod(path, 0o700)
-            function(path)
-        except OSError:
-            pass
-
-    shutil.rmtree(top, onerror=force)
