@@ -6,11 +6,12 @@ options live in ``options`` dictionaries, validated by the plug-in that receives
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -94,8 +95,8 @@ class SelectorSpec(_Strict):
 class EvaluateSpec(_Strict):
     """What the evaluate stage reports."""
 
-    ks: list[int] | None = None
-    """Values of k for coverage (pass@k) and majority@k; default 1, 2, 4, ... up to n."""
+    ks: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1)
+    """Values of k for coverage (pass@k) and majority@k, each >= 1; default 1, 2, 4, ... up to n."""
     majority_trials: int = Field(256, ge=1)
     """Random subsets per problem for the majority@k estimate at k < n; above 1,000 problems it shrinks to
     ``majority_trials * 1000 / problems`` (at least 32): the mean over problems keeps its precision."""
@@ -188,6 +189,15 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _curves_are_selectors(self) -> "ExperimentConfig":
+        names = [s.name for s in self.selectors]
+        unknown = [name for name in self.evaluate.selector_curves or [] if name not in names]
+        if unknown:
+            raise ValueError(f"evaluate.selector_curves: {unknown} are not configured selectors; expected some of "
+                             f"{names}")
+        return self
+
+    @model_validator(mode="after")
     def _unique_names(self) -> "ExperimentConfig":
         for field_name, items, attr in (
             ("generators", self.generators, "id"),
@@ -209,7 +219,7 @@ class ExperimentConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_format_validation_error(exc, source)) from None
+            raise ConfigError(format_validation_error(exc, source, cls)) from None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ExperimentConfig":
@@ -299,20 +309,51 @@ def _experiment_mapping(data: Any, path: Path) -> Any:
     return data
 
 
-def _format_validation_error(exc: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid configuration ({exc.error_count()} error(s))"]
+def format_validation_error(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+    """One line per error, ``source: key: what was expected (got value)``; with several, a count line first."""
+    lines = []
     for err in exc.errors():
         path = _key_path(err["loc"])
         if err["type"] == "extra_forbidden":
-            message = "unknown key"
+            known = _fields_at(model, err["loc"][:-1]) if model is not None else None
+            message = unknown_key(str(err["loc"][-1]), known or [])
         elif err["type"] == "missing":
             message = "required key is missing"
         else:
-            message = err["msg"]
+            message = err["msg"].removeprefix("Value error, ")
             if "input" in err and err["type"] not in ("value_error",):
                 message += f" (got {err['input']!r})"
-        lines.append(f"  - {path or '<top level>'}: {message}")
-    return "\n".join(lines)
+        lines.append(f"{path}: {message}" if path else message)
+    if len(lines) == 1:
+        return f"{source}: {lines[0]}"
+    return "\n".join([f"{source}: {len(lines)} invalid keys", *(f"  - {line}" for line in lines)])
+
+
+def unknown_key(key: str, known: list[str]) -> str:
+    """``unknown key (did you mean 'x'?); expected one of a, b, c`` (as much of it as is known)."""
+    close = difflib.get_close_matches(key, known, n=1)
+    return ("unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+            + (f"; expected one of {', '.join(known)}" if known else ""))
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """The keys the model nested at ``loc`` (names and list indices from the top) accepts; None if not a model."""
+    for step in loc:
+        if isinstance(step, int):
+            continue
+        field = model.model_fields.get(step)
+        if field is None:
+            return None
+        nested = [t for t in _types_in(field.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not nested:
+            return None
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def _types_in(annotation: Any) -> list[Any]:
+    """``annotation`` and the types inside it (``list[X] | None`` -> X, ...)."""
+    return [annotation, *(t for arg in get_args(annotation) for t in _types_in(arg))]
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:

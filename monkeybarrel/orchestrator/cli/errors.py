@@ -1,4 +1,4 @@
-"""Which exceptions are the user's to fix (one line, exit 2) and how they read; quiet dependency warnings."""
+"""Which exceptions are the user's to fix (one line, exit 2) and how they read; how warnings print."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import sys
 import warnings
 
 USER_ERRORS = ("monkeybarrel.core.config:ConfigError", "monkeybarrel.core.files:TaskDataError",
-               "monkeybarrel.core.registry:UnknownNameError", "monkeybarrel.orchestrator.store.config_guard:ConfigConflictError",
+               "monkeybarrel.core.registry:UnknownNameError", "monkeybarrel.core.hub:DataUnavailableError",
+               "monkeybarrel.orchestrator.store.config_guard:ConfigConflictError",
                "monkeybarrel.orchestrator.store.experiment_store:StoreError")
 """Errors whose message is the whole story (file, line or key, and what was expected)."""
 
@@ -30,8 +31,21 @@ def user_message(exc: BaseException) -> str | None:
     return None
 
 
-def quiet_dependency_warnings() -> None:
-    """No FutureWarning / DeprecationWarning of a dependency in normal output (ours still show)."""
+def route_warnings() -> None:
+    """No FutureWarning / DeprecationWarning of a dependency in normal output (ours still show), and every
+    warning shown as one line, ``warning: message``, on stderr (not Python's ``file:line: Category: message``
+    followed by the source line that raised it)."""
     for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
         warnings.filterwarnings("ignore", category=category)
         warnings.filterwarnings("default", category=category, module=r"monkeybarrel(\.|$)")
+    warnings.showwarning = show_warning
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` of the command line: ``warning: <message>`` (the category when it says more)."""
+    kind = "" if category in (UserWarning, RuntimeWarning) else f"{category.__name__}: "
+    text = " ".join(str(message).split())
+    try:
+        (file or sys.stderr).write(f"warning: {kind}{text}\n")
+    except (OSError, ValueError):  # stderr gone (a closed pipe): the warning has nowhere to go
+        pass

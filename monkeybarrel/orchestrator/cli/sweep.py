@@ -21,12 +21,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ...core.config import ConfigError
-from ...core.files import TaskDataError
-from ...core.registry import UnknownNameError
-from ..store.config_guard import ConfigConflictError
-from ..store.experiment_store import StoreError
-
 ACTIONS = ("run", "status", "report")
 
 
@@ -56,32 +50,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:
-    """Run ``monkeybarrel sweep ARGS``; returns the exit status."""
+    """Run ``monkeybarrel sweep ARGS``; returns the exit status (errors: ``cli.main`` prints them, exit 2)."""
+    from .output import console as shared_console
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ACTIONS and not argv[0].startswith("-"):
         argv = ["run", *argv]
     args = _parser().parse_args(argv)
-    console = console or Console()
-    try:
-        if args.action == "status":
-            return _status(args, console)
-        if args.action == "report":
-            return _report(args, console)
-        return _run(args, console)
-    except (ConfigError, ConfigConflictError, TaskDataError, StoreError, UnknownNameError) as exc:
-        return _fail(str(exc))
-    except BrokenPipeError:  # `sweep status DIR | head`: the reader left; nothing to report
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except OSError as exc:
-        return _fail(f"{exc.filename + ': ' if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
-    except KeyboardInterrupt:
-        print("interrupted: every finished candidate is stored; run the same command again to resume",
-              file=sys.stderr)
-        return 130
+    console = console or shared_console()
+    if args.action == "status":
+        return _status(args, console)
+    if args.action == "report":
+        return _report(args, console)
+    return _run(args, console)
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from ...core.config import ConfigError
+    from ..report.terminal import table
     from ..sweep.driver import run_sweep
     from ..sweep.spec import load_sweep
     from ..sweep.status import print_status, sweep_status
@@ -95,6 +83,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     result = run_sweep(sweep, out, ray_address=args.ray_address, retry=retry, show_progress=not args.no_progress,
                        dry_run=args.dry_run, echo=lambda line: console.print(line, highlight=False, markup=False))
     if args.dry_run:
+        rows = [[row["name"], row["state"], ", ".join(row["engines"])] for row in result.plan]
+        console.print(table(["point", "state", "engines"], [[escape(c) for c in row] for row in rows]))
+        console.print(f"# ok: {len(rows)} points; every point validates (nothing was run)", highlight=False,
+                      markup=False)
         return 0
     print_status(sweep_status(out), console)
     console.print(f"status: monkeybarrel sweep status {out}   report: monkeybarrel sweep report {out}",
@@ -119,8 +111,3 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     report = write_report(args.directory, budget=args.budget)
     print_summary(report, console)
     return 0
-
-
-def _fail(message: str) -> int:
-    sys.stderr.write(f"error: {message}\n")
-    return 2

@@ -45,7 +45,7 @@ from ..store.config_guard import ConfigConflictError
 from ..store.lock import RunLock, StoreLockedError
 from ..store.manifest import now
 from .manifest import claim, config_hash, count_starts, is_done, point_record, write_manifest, write_sweep_file
-from .spec import Point, RetrySpec, Sweep, describe
+from .spec import Point, RetrySpec, Sweep, describe, invalid_points
 
 FINAL_ERRORS = (ConfigError, ConfigConflictError, TaskDataError, UnknownNameError, StoreLockedError)
 """Failures a retry cannot fix: bad config or data, a store of another config, a store another process writes."""
@@ -69,6 +69,8 @@ class SweepResult:
     directory: Path
     states: Counter
     engine_starts: dict[str, int]
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    """With ``dry_run``: each point in run order, ``{"name", "id", "state", "engines"}``."""
 
 
 def on_ray(config: ExperimentConfig, address: str, options: dict[str, Any] | None = None) -> ExperimentConfig:
@@ -116,7 +118,7 @@ def plan(sweep: Sweep, ray_address: str | None = None) -> list[Planned]:
         item.group = tuple(sorted(set(shares)))
         planned.append(item)
     if errors:
-        raise ConfigError(_invalid(sweep.source or sweep.name, errors))
+        raise ConfigError(invalid_points(str(sweep.source or sweep.name), errors, len(sweep.points)))
     _disambiguate(planned)
     order = {group: i for i, group in reversed(list(enumerate(p.group for p in planned)))}
     return sorted(planned, key=lambda p: (order[p.group], p.point.index))
@@ -163,30 +165,26 @@ def validate(planned: list[Planned], directory: Path, where: str) -> dict[str, i
             continue
         expected[point.id] = len(problems) * sum(g.num_samples for g in item.config.generators)
     if errors:
-        raise ConfigError(_invalid(where, errors))
+        raise ConfigError(invalid_points(where, errors, len(planned)))
     return expected
 
 
 def _point_error(point: Point, exc: BaseException) -> str:
-    return f"point {point.name} ({describe(point.overrides)}):\n    " + str(exc).replace("\n", "\n    ")
-
-
-def _invalid(where: Any, errors: list[str]) -> str:
-    return f"{where}: {len(errors)} point(s) are invalid; nothing was run:\n  " + "\n  ".join(errors)
+    return f"point {point.name} ({describe(point.overrides)}): {exc}"
 
 
 class _Engines:
     """The open ``shared_engines()`` block of a group; closed and reopened after a failed try."""
 
-    def __init__(self, on_close: Callable[[EnginePool], None]) -> None:
+    def __init__(self, on_close: Callable[[EnginePool], None], on_start: Callable[[str], None]) -> None:
         self._stack: ExitStack | None = None
-        self._on_close = on_close
+        self._on_close, self._on_start = on_close, on_start
         self.pool: EnginePool | None = None
 
     def open(self) -> None:
         if self.pool is None:
             self._stack = ExitStack()
-            self.pool = self._stack.enter_context(shared_engines())
+            self.pool = self._stack.enter_context(shared_engines(self._on_start))
 
     def close(self) -> None:
         if self.pool is not None:
@@ -226,10 +224,9 @@ def run_sweep(sweep: Sweep, directory: str | Path, *, ray_address: str | None = 
                 _remove_empty(directory)
             raise
         if dry_run:
-            _print_plan(planned, records, echo)
             if created:
                 _remove_empty(directory)
-            return SweepResult(directory, Counter(r["state"] for r in records.values()), {})
+            return SweepResult(directory, Counter(r["state"] for r in records.values()), {}, _plan_rows(planned, records))
         for item in todo:
             records[item.point.id]["expected_candidates"] = expected[item.point.id]
             records[item.point.id]["engines"] = sorted(set(item.engines.values()))
@@ -265,12 +262,15 @@ def _run_groups(todo: list[Planned], directory: Path, manifest: dict[str, Any], 
         labels = {key: label for item in items for key, label in item.engines.items()}
         served: dict[str, list[str]] = {}
 
-        def closed(pool: EnginePool) -> None:
-            starts = Counter({labels.get(key, "unshared engine"): n for key, n in pool.starts.items()})
-            count_starts(manifest, run, dict(starts), served)
+        def started(key: str) -> None:  # recorded at once: a run killed with SIGKILL keeps its count
+            count_starts(manifest, run, {labels.get(key, "unshared engine"): 1}, served)
             write_manifest(directory, manifest)
 
-        engines = _Engines(closed)
+        def closed(pool: EnginePool) -> None:  # the points served since the engines started
+            count_starts(manifest, run, {labels.get(key, "unshared engine"): 0 for key in pool.starts}, served)
+            write_manifest(directory, manifest)
+
+        engines = _Engines(closed, started)
         try:
             for item in items:
                 position += 1
@@ -323,23 +323,21 @@ def _run_point(item: Planned, directory: Path, manifest: dict[str, Any], engines
 
 
 def one_line(exc: BaseException | None) -> str | None:
-    """``Type: first line of the message``."""
+    """``Type: the whole message on one line`` (a multi-line message's lines joined: the cause is kept)."""
     if exc is None:
         return None
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _traceback(exc: BaseException | None) -> str | None:
     return None if exc is None else "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
 
 
-def _print_plan(planned: list[Planned], records: dict[str, dict[str, Any]], echo: Callable[[str], None]) -> None:
-    for item in planned:
-        record = records[item.point.id]
-        state = "done" if is_done(record, item.point) else record["state"]
-        echo(f"{record['name']}  {item.point.id[:8]}  {state}  {', '.join(sorted(set(item.engines.values())))}")
-    echo(f"# ok: {len(planned)} points; every point validates")
+def _plan_rows(planned: list[Planned], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"name": records[item.point.id]["name"], "id": item.point.id,
+             "state": "done" if is_done(records[item.point.id], item.point) else records[item.point.id]["state"],
+             "engines": sorted(set(item.engines.values()))} for item in planned]
 
 
 def _remove_empty(directory: Path) -> None:
