@@ -242,6 +242,11 @@ class ExperimentConfig(_Strict):
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
+    @property
+    def uses_rounds(self) -> bool:
+        """Whether sampling runs in rounds (a budget, or an allocation policy other than plain uniform)."""
+        return self.budget is not None or self.allocation.policy != "uniform" or bool(self.allocation.options)
+
     def generator_seed(self, generator: GeneratorSpec) -> int:
         return self.seed if generator.seed is None else generator.seed
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 USER_ERRORS = ("monkeybarrel.core.config:ConfigError", "monkeybarrel.core.files:TaskDataError",
-               "monkeybarrel.core.registry:UnknownNameError", "monkeybarrel.core.hub:DataUnavailableError",
+               "monkeybarrel.core.registry:UnknownNameError",
                "monkeybarrel.orchestrator.store.config_guard:ConfigConflictError",
                "monkeybarrel.orchestrator.store.experiment_store:StoreError")
-"""Errors whose message is the whole story (file, line or key, and what was expected)."""
+"""Errors whose message is the whole story (file, line or key, and what was expected); a hub dataset that
+cannot be loaded (``core.hub.DataUnavailableError``) is a ``TaskDataError``."""
 
 
 def _loaded(reference: str) -> type | None:
@@ -49,3 +53,16 @@ def show_warning(message, category, filename, lineno, file=None, line=None) -> N
         (file or sys.stderr).write(f"warning: {kind}{text}\n")
     except (OSError, ValueError):  # stderr gone (a closed pipe): the warning has nowhere to go
         pass
+
+
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """Config errors raised inside (a plug-in's key, a model's directory) start with the config file's name."""
+    from ...core.config import ConfigError
+
+    try:
+        yield
+    except ConfigError as exc:
+        if str(exc).startswith(f"{path}:"):
+            raise
+        raise ConfigError(f"{path}: {exc}") from None
