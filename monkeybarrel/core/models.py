@@ -262,8 +262,8 @@ def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         network = getattr(transformers, auto_class).from_pretrained(path, dtype=getattr(torch, dtype),
                                                                     trust_remote_code=trust_remote_code, **model_options)
-    except OSError as exc:  # hub or file errors: one line naming the model instead of a hub traceback
-        raise ModelNotFoundError(f"{model}: cannot load ({str(exc).splitlines()[0]})") from None
+    except (OSError, ValueError) as exc:  # hub, file or format errors: one line naming the model, its cause whole
+        raise ModelNotFoundError(f"{model}: cannot load ({' '.join(str(exc).split())})") from None
     return tokenizer, network.to(device).eval()
 
 

@@ -81,7 +81,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("--attempts must be >= 1 and --retry-wait >= 0")
     out = args.out or Path(os.environ.get("MONKEYBARREL_OUT", "runs")) / sweep.name
     result = run_sweep(sweep, out, ray_address=args.ray_address, retry=retry, show_progress=not args.no_progress,
-                       dry_run=args.dry_run, echo=lambda line: console.print(line, highlight=False, markup=False))
+                       dry_run=args.dry_run,
+                       echo=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
     if args.dry_run:
         rows = [[row["name"], row["state"], ", ".join(row["engines"])] for row in result.plan]
         console.print(table(["point", "state", "engines"], [[escape(c) for c in row] for row in rows]))
@@ -89,8 +90,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                       markup=False)
         return 0
     print_status(sweep_status(out), console)
-    console.print(f"status: monkeybarrel sweep status {out}   report: monkeybarrel sweep report {out}",
-                  highlight=False, markup=False)
+    for line in (f"status: monkeybarrel sweep status {out}", f"report: monkeybarrel sweep report {out}"):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)  # a path is never broken
     return 1 if result.states.get("failed") else 0
 
 
