@@ -230,7 +230,7 @@ class ExperimentConfig(_Strict):
                 a directory, not UTF-8, not YAML, or invalid keys (one line per key).
         """
         path = Path(path)
-        data = _experiment_mapping(_read_yaml(path), path)
+        data = _experiment_mapping(read_yaml(path), path)
         if isinstance(data, dict):
             data = resolve_data_paths(data, path.parent)
         return cls.from_dict(data, source=str(path))
@@ -251,12 +251,13 @@ class ExperimentConfig(_Strict):
         return self.seed if generator.seed is None else generator.seed
 
 
-def _read_yaml(path: Path) -> Any:
-    """The parsed YAML document of ``path``, or ConfigError in one line naming the file."""
+def read_yaml(path: Path, kind: str = "config") -> Any:
+    """The parsed YAML document of ``path`` (a ``kind`` file: config, sweep), or ConfigError in one line naming
+    the file (and ``file:line:column`` for YAML syntax)."""
     if path.is_dir():
-        raise ConfigError(f"{path}: is a directory, expected a YAML config file")
+        raise ConfigError(f"{path}: is a directory, expected a YAML {kind} file")
     if not path.exists():
-        raise ConfigError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: {kind} file not found")
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -265,7 +266,7 @@ def _read_yaml(path: Path) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the config as "
+        raise ConfigError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the {kind} as "
                           "UTF-8") from None
     try:
         return yaml.safe_load(text)

@@ -19,6 +19,7 @@ import os
 import sys
 from importlib import import_module
 
+from .arguments import Parser
 from .demo import demo_config_path  # noqa: F401  (public here: tests and docs name it)
 
 COMMANDS = ("run", "demo", "report", "validate", "show", "compare", "export", "store", "reproduce")
@@ -52,7 +53,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="monkeybarrel", epilog="`monkeybarrel COMMAND -h` describes a command's options; bad input exits 2.",
         description="Test-time compute and verification: sample many candidates per problem, score them with "
                     "weak verifiers, select one answer per problem, and measure what the compute bought.")

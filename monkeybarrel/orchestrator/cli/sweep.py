@@ -25,8 +25,9 @@ ACTIONS = ("run", "status", "report")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="monkeybarrel sweep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .arguments import Parser
+
+    parser = Parser(prog="monkeybarrel sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     run = sub.add_parser("run", help="run or resume a sweep (the default: `monkeybarrel sweep SWEEP.yaml`)")
     run.add_argument("sweep", type=Path, help="sweep file: a base config plus axes")

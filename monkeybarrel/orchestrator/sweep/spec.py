@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...core.config import (ConfigError, ExperimentConfig, fingerprint, format_validation_error, resolve_data_paths,
-                            unknown_key)
+from ...core.config import (ConfigError, ExperimentConfig, fingerprint, format_validation_error, read_yaml,
+                            resolve_data_paths, unknown_key)
 from ..store.config_guard import result_inputs
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[\d+\])*(\.[A-Za-z_][A-Za-z0-9_]*(\[\d+\])*)*")
@@ -122,12 +121,11 @@ def load_sweep(path: str | Path) -> Sweep:
             config key (``point temperature=-1: generators[0].temperature: ...``).
     """
     path = Path(path)
-    try:
-        return sweep_from_dict(yaml.safe_load(path.read_text()), source=path)
-    except (FileNotFoundError, IsADirectoryError):
-        raise ConfigError(f"{path}: sweep file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path, "sweep")
+    if data is None:
+        raise ConfigError(f"{path}: the sweep file is empty (or only comments); expected a mapping with `base:` "
+                          "(a config file or mapping) and `axes:` (keys and their values)")
+    return sweep_from_dict(data, source=path)
 
 
 def sweep_from_dict(data: Any, source: Path | None = None, name: str | None = None) -> Sweep:
@@ -152,7 +150,10 @@ def _base(base: str | dict[str, Any], source: Path | None, where: str) -> dict[s
     """The base config as a complete plain dict (every default filled in), validated."""
     if isinstance(base, str):
         path = Path(base) if source is None or Path(base).is_absolute() else source.parent / base
-        config = ExperimentConfig.from_yaml(path)
+        try:
+            config = ExperimentConfig.from_yaml(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: base: {exc}") from None
     else:
         config = ExperimentConfig.from_dict(base, source=f"{where}: base")
     return config.to_dict()
