@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from monkeybarrel.experiments.hub import DataUnavailableError
+from monkeybarrel.core.hub import DataUnavailableError
 from monkeybarrel.experiments.llmonk_data import (OutcomeDataError, read_monkey_business, read_outcomes_parquet,
                                                   stack_counts)
 

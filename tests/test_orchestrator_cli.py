@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import tiny_config
@@ -78,3 +79,61 @@ def test_version(capsys):
 
 def test_demo_config_is_valid_and_packaged():
     assert main(["validate", str(demo_config_path())]) == 0
+
+
+# ---- `validate` refuses what `run` would die on (issue 36) ---------------------------------------------------
+
+def _refused(capsys, argv: list[str]) -> str:
+    """Exit 2 with ``error: ...`` on stderr: one line, or a heading and one indented line per error."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    lines = err.splitlines()
+    assert lines[0].startswith("error: ") and all(line.startswith("  ") for line in lines[1:]), err
+    assert "Traceback" not in err
+    return err
+
+
+def _gap(tmp_path: Path, capsys, config: dict, expected: list[str]) -> None:
+    """``validate`` refuses the config naming the key; ``run`` refuses it the same way before it samples."""
+    path = tmp_path / "gap.yaml"
+    path.write_text(yaml.safe_dump(config))
+    for argv in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--no-progress"]):
+        err = _refused(capsys, argv)
+        assert all(part in err for part in expected), (argv[0], err)
+        assert str(path) in err
+    assert not (tmp_path / "out").exists()  # nothing sampled, nothing created
+
+
+def test_a_selector_option_its_fit_refuses_is_refused_before_sampling(tmp_path, capsys):
+    """Weaver checks ``train_fraction`` in ``fit``: a run sampled everything, then died in a traceback."""
+    config = tiny_config(verifiers=[{"name": "len", "type": "length"}],
+                         selectors=[{"name": "weaver", "type": "weaver", "options": {"train_fraction": 3}}])
+    _gap(tmp_path, capsys, config, ["selectors[0].options.train_fraction", "must be in (0, 1], got 3"])
+
+
+def test_values_of_k_below_1_are_refused(tmp_path, capsys):
+    """``evaluate.ks: [0, -4]`` validated, and the run's table was empty."""
+    _gap(tmp_path, capsys, tiny_config(evaluate={"ks": [0, -4]}),
+         ["2 invalid keys", "evaluate.ks[0]: Input should be greater than or equal to 1 (got 0)"])
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('{"model_type": "llama", "hidden_size": "big"}', "Field 'hidden_size' expected int, got str"),
+    ('{"model_type": "llama", ', "not valid JSON"),
+    ('["llama"]', "expected a JSON object of model settings, got list"),
+    ('{"hidden_size": 64}', "Should have a `model_type` key"),
+])
+def test_a_model_directory_whose_config_json_a_loader_refuses(tmp_path, capsys, content, expected):
+    """Validation (and a sweep's) passed any directory with a config.json; the run died loading it."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(content)
+    config = tiny_config()
+    config["generators"][0]["model"] = str(model)
+    _gap(tmp_path, capsys, config, ["generators[0].model", f"{model / 'config.json'}: ", expected])
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"base": config, "axes": {"generators[0].temperature": [0.5, 1.0]}}))
+    err = _refused(capsys, ["sweep", str(sweep), "--out", str(tmp_path / "s"), "--dry-run"])
+    assert "2 of 2 points are invalid; nothing was run" in err  # every point at once, one line each
+    for point in ("temperature=0.5", "temperature=1.0"):
+        assert any(line.startswith(f"  point {point} ") and expected in line for line in err.splitlines()), err

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,9 +37,14 @@ def test_public_names_load_on_first_use():
                                                               "assert mb.run is mb.run_experiment", top=False)
 
 
+DEMO = str(Path(__file__).resolve().parents[1] / "monkeybarrel" / "experiments" / "configs" / "demo.yaml")
+
+
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["reproduce", "list"], ["reproduce", "no-such-recipe"],
-                                  ["validate", "/no/such/config.yaml"]])
+                                  ["validate", "/no/such/config.yaml"], ["validate", DEMO]])
 def test_quick_commands_load_nothing_heavy(argv):
+    """``validate`` of the demo config (the embedded model, Weaver) included: plug-ins whose modules import
+    torch or scikit-learn are checked from their source."""
     code = ("import sys\nfrom monkeybarrel.orchestrator.cli.main import main\n"
             f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass")
     heavy = loaded_after(code) & set(HEAVY)

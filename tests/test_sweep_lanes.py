@@ -83,7 +83,7 @@ def test_two_engine_groups_run_side_by_side_on_two_slots_one_engine_start_each(t
 def test_a_failing_point_and_a_killed_lane_never_stop_the_other_points(tmp_path):
     broken = tmp_path / "broken-model"
     broken.mkdir()
-    (broken / "config.json").write_text("{ not a model config")
+    (broken / "config.json").write_text('{"model_type": "llama"}')  # a valid config (preflight passes), no weights: cannot load
     sweep_file = write_sweep(tmp_path / "grid.yaml", [
         {"zip": {"generators[0].model": {"smol": "smollm2-135m-instruct", "broken": str(broken)},
                  "generators[0].options.max_batch": [2, 64]}},
@@ -115,12 +115,29 @@ def test_a_failing_point_and_a_killed_lane_never_stop_the_other_points(tmp_path)
             assert record["state"] == "done" and record["pid"] != killed[0]
     kept = sum(unique_keys(first.parent).values())
     assert 1 <= kept < 6  # what the killed lane stored before it died is kept
+    smol = manifest(out)["engines"]["smollm2-135m-instruct (embedded)"]
+    assert smol["starts"] == 2  # the killed lane's start is counted too (sent as it happened: it never closed)
     assert main(["sweep", str(sweep_file), "--out", str(out), "--gpus", "2", "--no-progress"]) == 1  # broken again
     records = {r["name"]: r for r in manifest(out)["points"]}
     assert records[first.parent.name]["state"] == "done"
     assert [r["state"] for n, r in records.items() if n.startswith("model=broken")] == ["failed"] * 2
     counted = unique_keys(first.parent)
     assert len(counted) == 3 * 2 and max(counted.values()) == 1  # resumed: every candidate once
+
+
+def test_a_dry_run_on_two_slots_shows_the_devices_each_point_needs_as_a_table(tmp_path, capsys):
+    sweep_file = write_sweep(tmp_path / "grid.yaml", [{"generators[0].options.max_batch": [16, 32]},
+                                                      {"generators[0].temperature": [0.3, 1.0]}])
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--gpus", "2", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("point "))
+    assert lines[header].split() == ["point", "state", "engines", "needs"]
+    rows = [line for line in lines[header + 1:] if line.startswith("max_batch=")]
+    assert len(rows) == 4 and all("pending" in row and row.endswith("1 of CPU slots 0,1") for row in rows)
+    assert lines[-2:] == ["# lanes: engine groups side by side on CPU slots 0,1",
+                          "# ok: 4 points; every point validates (nothing was run)"]
+    assert not out.exists()
 
 
 @pytest.mark.slow

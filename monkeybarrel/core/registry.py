@@ -87,6 +87,21 @@ class Registry(Generic[T]):
             )
         return self._entries[name]
 
+    def module_of(self, name: str) -> tuple[str, str | None]:
+        """Where ``name`` is defined, without importing it: ``(module, attribute)``, the attribute None
+        for a built-in found by its ``@REGISTRY.register("name")`` decorator; UnknownNameError otherwise."""
+        if name in self._entries:
+            factory = self._entries[name]
+            return factory.__module__, factory.__qualname__
+        if name not in self._lazy and name in self._source_index():
+            return self._source_index()[name], None
+        if name not in self._lazy:
+            self._load_entry_points()
+        if name in self._lazy:
+            module, _, attr = self._lazy[name].partition(":")
+            return module, attr
+        raise UnknownNameError(f"unknown {self.kind} {name!r}; expected one of: {', '.join(self.names())}")
+
     def create(self, name: str, **kwargs) -> T:
         """Build the entry ``name`` with keyword arguments."""
         return self.get(name)(**kwargs)

@@ -8,11 +8,17 @@ report marks them as label-based.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from .groups import factorize
+from .registry import Registry
+
+SELECTORS: Registry[Any] = Registry("selector", package="monkeybarrel.selection")
+"""The selector registry (here, as ``core.sampling.SAMPLERS``, so that a config is checked without importing
+the selection stage and scikit-learn); selectors register into it from ``monkeybarrel.selection``."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .hub import load_hub_dataset
+from ..core.hub import load_hub_dataset
 
 HUB_NAME = "ScalingIntelligence/monkey_business"
 PARQUET_COLUMNS = ("Problem Idx", "Attempt Idx", "Score", "Benchmark", "Model")

@@ -126,7 +126,11 @@ class Experiment:
 
     def metrics(self) -> dict[str, Any]:
         path = self.store.root / "metrics.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        try:
+            return json.loads(path.read_text()) if path.is_file() else {}
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{path}: damaged ({exc.msg} at line {exc.lineno}); `monkeybarrel report "
+                             f"{self.store.root}` writes it again") from None
 
 
 def _align(keys: pa.Table, table: pa.Table, column: str | list[str], fill: Any = np.nan) -> Any:

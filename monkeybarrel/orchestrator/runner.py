@@ -18,7 +18,7 @@ from .report.accuracy_vs_k import accuracy_vs_k_with_intervals
 from .report.allocation import MAX_CELLS_X_SAMPLES, plot_equal_compute, render_section, stored_equal_compute
 from .report.html_page import write_html
 from .report.markdown import plot_curves, render_markdown
-from .stages.allocation_rounds import run_allocated_sampling, uses_rounds
+from .stages.allocation_rounds import run_allocated_sampling
 from .stages.evaluate import evaluate, to_json
 from .stages.label import run_label_stage
 from .stages.preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
@@ -158,7 +158,7 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
 
     began = time.perf_counter()
     run_record["sampled"] = (run_allocated_sampling(store, config, task, problems, show_progress, samplers=samplers)
-                             if uses_rounds(config) else run_sample_stage(store, config, problems, show_progress,
+                             if config.uses_rounds else run_sample_stage(store, config, problems, show_progress,
                                                                           samplers=samplers))
     stage_times["sample"] = time.perf_counter() - began
 
@@ -201,7 +201,7 @@ def evaluate_and_report(experiment: Experiment, *, stage_times: dict[str, float]
         accuracy_vs_k_with_intervals(config, data, labels, metrics["ks"], known={"majority": metrics["majority"]},
                                      known_ci95={"majority": metrics.get("majority_ci95", {})})
         if metrics["labelled_candidates"] else ({}, {}))
-    asked = uses_rounds(config) if equal_compute is None else equal_compute
+    asked = config.uses_rounds if equal_compute is None else equal_compute
     metrics["equal_compute"] = (stored_equal_compute(store, data, labels, config.seed, compute=asked,
                                                      max_cells=MAX_CELLS_X_SAMPLES if equal_compute is None else None)
                                 if labelled.all() else {"skipped": "not every candidate is labelled"})

@@ -26,10 +26,12 @@ _active: list["EnginePool"] = []
 class EnginePool:
     """Samplers kept by engine key for the life of a ``shared_engines()`` block."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_start: Callable[[str], None] | None = None) -> None:
         self._samplers: dict[Hashable, Sampler] = {}
         self.starts: Counter[str] = Counter()
         """Samplers built (engines started) per engine key, keyed by its readable form."""
+        self._on_start = on_start
+        """Told each start's key as it happens (a sweep records it at once: a killed run keeps its count)."""
 
     def sampler(self, spec: GeneratorSpec, build: Callable[[], Sampler]) -> Sampler:
         """The pooled sampler for ``spec``'s engine, rebound to ``spec``; ``build()`` makes it the first time."""
@@ -43,6 +45,8 @@ class EnginePool:
             key = ("unshared", id(sampler))
         self._samplers[key] = sampler
         self.starts[str(key)] += 1
+        if self._on_start is not None:
+            self._on_start(str(key))
         return sampler
 
     def owns(self, sampler: Sampler) -> bool:
@@ -59,9 +63,11 @@ class EnginePool:
 
 
 @contextmanager
-def shared_engines() -> Iterator[EnginePool]:
-    """Share engines between the experiments run inside the block; close them all at its end."""
-    pool = EnginePool()
+def shared_engines(on_start: Callable[[str], None] | None = None) -> Iterator[EnginePool]:
+    """Share engines between the experiments run inside the block; close them all at its end.
+
+    ``on_start(key)`` is called as each engine starts."""
+    pool = EnginePool(on_start)
     _active.append(pool)
     try:
         yield pool

@@ -19,10 +19,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.groups import group_argmax
-from ..core.registry import Registry
-from ..core.selection_data import SelectionData
+from ..core.selection_data import SELECTORS, SelectionData
 
-SELECTORS: Registry["Selector"] = Registry("selector", package="monkeybarrel.selection")
+__all__ = ["SELECTORS", "Selector"]
 
 
 class Selector(BaseEstimator, ABC):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..core.records import Problem
 from .base import TASKS, MathAnswerTask, take
 from ..core.files import TaskDataError, read_records
+from ..core.hub import load_hub_dataset
 from ..kits.math_answers import reference_from_solution
 
 HUB_DATASET = ("openai/gsm8k", "main")
@@ -58,8 +59,5 @@ class GSM8KTask(MathAnswerTask):
 
 
 def _load_hub(dataset: str, subset: str | None, split: str):
-    try:
-        from datasets import load_dataset
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("loading GSM8K from the hub needs `pip install monkeybarrel[hub]`") from exc
-    return load_dataset(dataset, subset, split=split) if subset else load_dataset(dataset, split=split)
+    return load_hub_dataset(dataset, subset, split, local_hint="set task.path to a local JSONL or Parquet file with "
+                            "fields question and answer")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..core.records import Problem
 from .base import TASKS, MathAnswerTask, take
 from ..core.files import TaskDataError, read_records
+from ..core.hub import load_hub_dataset
 from ..kits.math_answers import reference_from_solution
 
 HUB_DATASET = "HuggingFaceH4/MATH-500"
@@ -34,9 +35,8 @@ class MathTask(MathAnswerTask):
             rows = read_records(self.path, required=("problem",))
             source = self.path
         else:
-            from datasets import load_dataset
-
-            rows = enumerate(load_dataset(self.dataset, split=self.split), start=1)
+            rows = enumerate(load_hub_dataset(self.dataset, split=self.split, local_hint=(
+                "set task.path to a local JSONL or Parquet file with fields problem and answer (or solution)")), start=1)
             source = f"hub:{self.dataset}"
         problems = []
         for line, record in rows:

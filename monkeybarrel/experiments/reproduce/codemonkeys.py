@@ -24,7 +24,7 @@ from ...core.files import TaskDataError
 from ...core.records import Problem
 from ...kits.swebench.diffs import MalformedPatch, normalize_patch
 from ...kits.swebench.predictions import read_predictions
-from ..hub import DataUnavailableError
+from ...core.hub import DataUnavailableError
 from .base import Comparison, Published, Recipe, RecipeDataError, Row
 
 PAPER = "Ehrlich et al., CodeMonkeys, arXiv 2501.14723"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..hub import DataUnavailableError
+from ...core.hub import DataUnavailableError
 from . import all_recipes
 from .base import print_comparison, write_outputs
 

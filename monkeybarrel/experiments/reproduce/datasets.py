@@ -20,7 +20,7 @@ from ...kits.swebench.schema import HUB_DATASETS as SWE_HUB
 from ...tasks.math_dataset import HUB_DATASET as MATH500_HUB
 from ...tasks.math_dataset import MathTask
 from ...kits.swebench.schema import full_instance
-from ..hub import load_hub_dataset
+from ...core.hub import load_hub_dataset
 from .base import Comparison, Published, Recipe, Row
 
 VERIFIED = Published(500, "OpenAI, Introducing SWE-bench Verified (Aug 2024); CodeMonkeys (arXiv 2501.14723) reports on the same 500")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..hub import download_hub_files
+from ...core.hub import download_hub_files
 from .base import Comparison, Published, Recipe, RecipeDataError, Row
 
 PAPER = "Guha et al., Smoothie: Label Free Language Model Routing, NeurIPS 2024, arXiv 2412.04692"

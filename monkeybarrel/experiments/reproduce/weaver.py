@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ...core.config import SelectorSpec
-from ..hub import load_hub_dataset
+from ...core.hub import load_hub_dataset
 from ..weaver_data import HUB_DATASETS, load_weaver_dataset
 from .base import Comparison, Published, Recipe, Row
 

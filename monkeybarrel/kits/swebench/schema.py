@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ...core.files import TaskDataError, read_records
+from ...core.hub import load_hub_dataset
 from ...core.records import Problem
 
 HUB_DATASETS = {"lite": "princeton-nlp/SWE-bench_Lite", "verified": "princeton-nlp/SWE-bench_Verified"}
@@ -116,11 +117,9 @@ def load_instances(path: str | Path | None = None, *, dataset: str = "lite", spl
         source = str(path)
     else:
         name = HUB_DATASETS.get(dataset, dataset)
-        try:
-            from datasets import load_dataset
-        except ImportError as exc:  # pragma: no cover - environment dependent
-            raise ImportError("loading SWE-bench from the hub needs `pip install monkeybarrel[hub]`") from exc
-        rows = ((f"hub:{name}[{split}] row {i}", dict(r)) for i, r in enumerate(load_dataset(name, split=split), 1))
+        hub = load_hub_dataset(name, split=split, local_hint="set task.path (reproduce: --data) to a local JSONL or "
+                               "Parquet file in the SWE-bench schema")
+        rows = ((f"hub:{name}[{split}] row {i}", dict(r)) for i, r in enumerate(hub, 1))
         source = f"hub:{name}"
     instances, seen = [], {}
     for where, record in rows:

@@ -1,14 +1,19 @@
-"""Which exceptions are the user's to fix (one line, exit 2) and how they read; quiet dependency warnings."""
+"""Which exceptions are the user's to fix (one line, exit 2) and how they read; how warnings print."""
 
 from __future__ import annotations
 
 import sys
 import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 USER_ERRORS = ("monkeybarrel.core.config:ConfigError", "monkeybarrel.core.files:TaskDataError",
-               "monkeybarrel.core.registry:UnknownNameError", "monkeybarrel.orchestrator.store.config_guard:ConfigConflictError",
+               "monkeybarrel.core.registry:UnknownNameError",
+               "monkeybarrel.orchestrator.store.config_guard:ConfigConflictError",
                "monkeybarrel.orchestrator.store.experiment_store:StoreError")
-"""Errors whose message is the whole story (file, line or key, and what was expected)."""
+"""Errors whose message is the whole story (file, line or key, and what was expected); a hub dataset that
+cannot be loaded (``core.hub.DataUnavailableError``) is a ``TaskDataError``."""
 
 
 def _loaded(reference: str) -> type | None:
@@ -30,8 +35,34 @@ def user_message(exc: BaseException) -> str | None:
     return None
 
 
-def quiet_dependency_warnings() -> None:
-    """No FutureWarning / DeprecationWarning of a dependency in normal output (ours still show)."""
+def route_warnings() -> None:
+    """No FutureWarning / DeprecationWarning of a dependency in normal output (ours still show), and every
+    warning shown as one line, ``warning: message``, on stderr (not Python's ``file:line: Category: message``
+    followed by the source line that raised it)."""
     for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
         warnings.filterwarnings("ignore", category=category)
         warnings.filterwarnings("default", category=category, module=r"monkeybarrel(\.|$)")
+    warnings.showwarning = show_warning
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` of the command line: ``warning: <message>`` (the category when it says more)."""
+    kind = "" if category in (UserWarning, RuntimeWarning) else f"{category.__name__}: "
+    text = " ".join(str(message).split())
+    try:
+        (file or sys.stderr).write(f"warning: {kind}{text}\n")
+    except (OSError, ValueError):  # stderr gone (a closed pipe): the warning has nowhere to go
+        pass
+
+
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """Config errors raised inside (a plug-in's key, a model's directory) start with the config file's name."""
+    from ...core.config import ConfigError
+
+    try:
+        yield
+    except ConfigError as exc:
+        if str(exc).startswith(f"{path}:"):
+            raise
+        raise ConfigError(f"{path}: {exc}") from None

@@ -8,6 +8,8 @@ Each subcommand is a module of this package (``COMMANDS``) with ``add_parser(sub
 ``run(args) -> exit status``; a module imports what its command needs inside ``run``, so ``--help``,
 ``--version`` and a refused argument answer at once. A new subcommand is a module plus its name in
 ``COMMANDS``. ``sweep`` (``cli/sweep.py``) parses its own arguments: ``main`` hands it the rest.
+Warnings of monkeybarrel's own modules (Weaver's, the sandbox's) print as one ``warning:`` line on
+stderr, without the source line Python would add (``errors.route_warnings``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import os
 import sys
 from importlib import import_module
 
+from .arguments import Parser
 from .demo import demo_config_path  # noqa: F401  (public here: tests and docs name it)
 
 COMMANDS = ("run", "demo", "report", "validate", "show", "compare", "export", "store", "reproduce")
 """Subcommand modules of ``monkeybarrel.orchestrator.cli``, in ``--help`` order."""
 OWN_PARSER = {"sweep": "run, track and compare a grid of experiments (`sweep -h`)"}
-"""Subcommands with their own parser and error handling (``cli/<name>.py``'s ``main(argv, console)``)."""
+"""Subcommands with their own parser (``cli/<name>.py``'s ``main(argv) -> exit status``); errors are handled here."""
 
 
 QUIET_DEPENDENCIES = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1",
@@ -50,7 +53,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="monkeybarrel", epilog="`monkeybarrel COMMAND -h` describes a command's options; bad input exits 2.",
         description="Test-time compute and verification: sample many candidates per problem, score them with "
                     "weak verifiers, select one answer per problem, and measure what the compute bought.")
@@ -69,21 +72,23 @@ def main(argv: list[str] | None = None) -> int:
     for variable, value in QUIET_DEPENDENCIES.items():  # dependencies' notices and bars stay out of normal output
         os.environ.setdefault(variable, value)
     if argv[:1] and argv[0] in OWN_PARSER:
-        from .errors import quiet_dependency_warnings
-        from .output import console
+        module = import_module(f".{argv[0]}", __package__)
+        command = lambda: module.main(argv[1:])  # noqa: E731
+    else:
+        args = build_parser().parse_args(argv)
+        command = lambda: args.handler(args)  # noqa: E731
+    from .errors import route_warnings, user_message
 
-        quiet_dependency_warnings()
-        return import_module(f".{argv[0]}", __package__).main(argv[1:], console())
-    args = build_parser().parse_args(argv)
-    from .errors import quiet_dependency_warnings, user_message
-
-    quiet_dependency_warnings()
+    route_warnings()
     try:
-        return args.handler(args)
+        return command()
     except KeyboardInterrupt:
         print("interrupted: every finished candidate and score is stored; run the same command again to resume",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `monkeybarrel show DIR | head`: the reader left; nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # noqa: BLE001 — user errors become one line; anything else is a bug: traceback
         message = user_message(exc)
         if message is None:

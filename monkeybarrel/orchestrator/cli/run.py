@@ -30,7 +30,10 @@ def run(args: argparse.Namespace) -> int:
     if args.show_config:
         print_lines(config.to_yaml().splitlines())
         return 0
-    return run_config(config, args.out, args.force, not args.no_progress)
+    from .errors import naming
+
+    with naming(args.config):
+        return run_config(config, args.out, args.force, not args.no_progress)
 
 
 def run_config(config, out: Path | None, force: bool, progress: bool) -> int:

@@ -21,21 +21,20 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ...core.config import ConfigError
-from ...core.files import TaskDataError
-from ...core.registry import UnknownNameError
-from ..store.config_guard import ConfigConflictError
-from ..store.experiment_store import StoreError
+if TYPE_CHECKING:  # imported when a sweep runs (``--help`` answers at once)
+    from ..sweep.driver import SweepResult
 
 ACTIONS = ("run", "status", "report")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="monkeybarrel sweep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .arguments import Parser
+
+    parser = Parser(prog="monkeybarrel sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     run = sub.add_parser("run", help="run or resume a sweep (the default: `monkeybarrel sweep SWEEP.yaml`)")
     run.add_argument("sweep", type=Path, help="sweep file: a base config plus axes")
@@ -65,32 +64,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, console: Console | None = None) -> int:
-    """Run ``monkeybarrel sweep ARGS``; returns the exit status."""
+    """Run ``monkeybarrel sweep ARGS``; returns the exit status (errors: ``cli.main`` prints them, exit 2)."""
+    from .output import console as shared_console
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ACTIONS and not argv[0].startswith("-"):
         argv = ["run", *argv]
     args = _parser().parse_args(argv)
-    console = console or Console()
-    try:
-        if args.action == "status":
-            return _status(args, console)
-        if args.action == "report":
-            return _report(args, console)
-        return _run(args, console)
-    except (ConfigError, ConfigConflictError, TaskDataError, StoreError, UnknownNameError) as exc:
-        return _fail(str(exc))
-    except BrokenPipeError:  # `sweep status DIR | head`: the reader left; nothing to report
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except OSError as exc:
-        return _fail(f"{exc.filename + ': ' if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
-    except KeyboardInterrupt:
-        print("interrupted: every finished candidate is stored; run the same command again to resume",
-              file=sys.stderr)
-        return 130
+    console = console or shared_console()
+    if args.action == "status":
+        return _status(args, console)
+    if args.action == "report":
+        return _report(args, console)
+    return _run(args, console)
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    from ...core.config import ConfigError
     from ..sweep.driver import run_sweep
     from ..sweep.shards import parse_shard
     from ..sweep.spec import load_sweep
@@ -103,6 +93,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if retry.attempts < 1 or retry.wait_s < 0:
         raise ConfigError("--attempts must be >= 1 and --retry-wait >= 0")
     out = args.out or Path(os.environ.get("MONKEYBARREL_OUT", "runs")) / sweep.name
+
     def echo(line: str) -> None:  # whole lines, also in logs (Slurm, `ray job logs`)
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
@@ -115,11 +106,29 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         if main_thread:
             signal.signal(signal.SIGTERM, before)
     if args.dry_run:
+        _print_plan(result, console)
         return 0
     print_status(sweep_status(out), console)
-    console.print(f"status: monkeybarrel sweep status {out}   report: monkeybarrel sweep report {out}",
-                  highlight=False, markup=False)
+    for line in (f"status: monkeybarrel sweep status {out}", f"report: monkeybarrel sweep report {out}"):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)  # a path is never broken
     return 1 if result.states.get("failed") else 0
+
+
+def _print_plan(result: SweepResult, console: Console) -> None:
+    """The dry run's plan: a table of this run's points (with ``--gpus``, the devices each one's lane holds)."""
+    from rich.markup import escape
+
+    from ..report.terminal import table
+
+    columns = ["point", "state", "engines", *(["needs"] if result.devices else [])]
+    rows = [[row["name"], row["state"], ", ".join(row["engines"]),
+             *([f"{row['needs']} of {result.devices}"] if result.devices else [])] for row in result.plan]
+    console.print(table(columns, [[escape(c) for c in row] for row in rows]))
+    if result.devices:
+        console.print(f"# lanes: engine groups side by side on {result.devices}", highlight=False, markup=False)
+    shard = f" (shard {result.shard[0]}/{result.shard[1]})" if result.shard else ""
+    console.print(f"# ok: {len(rows)} points{shard}; every point validates (nothing was run)", highlight=False,
+                  markup=False, soft_wrap=True)
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -143,8 +152,3 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     report = write_report(args.directory, budget=args.budget)
     print_summary(report, console)
     return 0
-
-
-def _fail(message: str) -> int:
-    sys.stderr.write(f"error: {message}\n")
-    return 2

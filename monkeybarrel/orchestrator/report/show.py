@@ -26,6 +26,11 @@ def _escape(text: str) -> str:
     return text.replace("[", r"\[")
 
 
+def _answer(answer) -> str:
+    """An answer as a cell: "–" for none (a pick or candidate without a parseable answer)."""
+    return "–" if answer is None else _escape(str(answer))
+
+
 def abbreviations(methods: list[str]) -> dict[str, str]:
     """A short unique code per method: ``M`` majority, ``W`` weaver, ``R`` random (pass@1), ``O`` oracle, ..."""
     codes: dict[str, str] = {}
@@ -38,6 +43,11 @@ def abbreviations(methods: list[str]) -> dict[str, str]:
             code = letters[0] + extra
         codes[method] = code
     return codes
+
+
+def _pick(pick: dict) -> str:
+    """A selector's pick as a cell: its answer and ✓/✗, "–" for a pick without an answer, "·" for no pick."""
+    return "·" if pick["row"] < 0 else f"{_answer(pick['answer'])} {_mark(pick['correct'])}"
 
 
 def show(directory, problem_id: str | None = None, limit: int = 50, full_text: bool = False,
@@ -56,9 +66,8 @@ def show(directory, problem_id: str | None = None, limit: int = 50, full_text: b
         for pid in ids[:limit]:
             info = view.summary(pid)
             rows.append([_escape(pid), str(info["n"]), "–" if info["n_correct"] is None else str(info["n_correct"]),
-                         _escape(str(info["reference"])),
-                         *(f"{_escape(str(info['picks'][m]['answer']))} {_mark(info['picks'][m]['correct'])}"
-                           for m in methods)])
+                         _answer(info["reference"]),
+                         *(_pick(info["picks"][m]) for m in methods)])
         console.print(table(["problem", "samples", "correct", "reference", *(codes[m] for m in methods)], rows,
                             right=["samples", "correct"]))
         if methods:
@@ -82,7 +91,7 @@ def show(directory, problem_id: str | None = None, limit: int = 50, full_text: b
     for row in candidates:
         text = " ".join((row["text"] or row["error"] or "").split())
         rows.append([*([_escape(row["generator_id"])] if several else []), str(row["sample_index"]),
-                     _escape(str(row["answer"])), _mark(row["correct"]),
+                     _answer(row["answer"]), _mark(row["correct"]),
                      *("–" if row["scores"][v] is None else f"{row['scores'][v]:.3g}" for v in view.verifiers),
                      row["finish_reason"] or "", "".join(codes[m] for m in row["picked_by"]) or "·", _escape(text)])
     console.print(table(columns, rows, right=["#", *view.verifiers], one_line=["text"]))

@@ -32,12 +32,6 @@ LEDGER_SCHEMA = pa.schema([("round", pa.int32()), ("generator_id", pa.string()),
                            ("target", pa.int32())])
 
 
-def uses_rounds(config: ExperimentConfig) -> bool:
-    """Whether sampling needs rounds (a budget or a policy other than plain uniform)."""
-    spec = config.allocation
-    return config.budget is not None or spec.policy != "uniform" or bool(spec.options)
-
-
 def configured_policy(config: ExperimentConfig) -> AllocationPolicy:
     """The configured policy, checked against what the config provides (errors name ``allocation`` keys)."""
     spec = config.allocation

@@ -4,12 +4,14 @@ Order of work (``run_sweep``):
 
 1. every Ray cluster a point samples on is asked whether it answers and lets this driver in
    (``cluster.check_cluster``: one line, exit 2, when it does not); under ``--shard I/N`` only this
-   shard's points are kept (``shards.split``: by engine group);
+   shard's points run (``shards.split``: by engine group);
 2. the sweep directory is locked (one driver at a time; one per shard) and claimed
    (``manifest.claim``: another sweep's directory is refused);
 3. every point that still has work is validated before anything is sampled: its data, plug-ins,
    models and servers (``stages.preflight``) and its stored results (a stored point whose config
-   changed in a result-changing key); all problems are reported together (``ConfigError``, exit 2);
+   changed in a result-changing key); all problems are reported together (``ConfigError``, exit 2),
+   those of every shard's points (a shard refuses a sweep file another shard would die on);
+   ``dry_run`` stops here and returns the plan (``SweepResult.plan``);
 4. points are grouped by the engines they need (backend, model and engine options, as
    ``Sampler.key_for`` says). With one device (or under ``--ray-address``) each group runs in this
    process inside one ``shared_engines()`` block, so a model's engine starts once for all its
@@ -32,7 +34,7 @@ from __future__ import annotations
 import os
 import socket
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,9 +54,9 @@ from .lanes import LaneRunner
 from .manifest import (SHARDS, claim, is_done, manifest_file, point_record, stamp, write_manifest,
                        write_sweep_file)
 from .placement import Devices, engine_gpus, find_devices, group_need
-from .points import ManifestJournal, Planned, run_group
+from .points import ManifestJournal, Planned, one_line, run_group  # noqa: F401  (one_line: public here too)
 from .shards import ShardLock, split
-from .spec import Point, RetrySpec, Sweep, describe
+from .spec import Point, RetrySpec, Sweep, describe, invalid_points
 
 
 @dataclass
@@ -62,6 +64,13 @@ class SweepResult:
     directory: Path
     states: Counter
     engine_starts: dict[str, int]
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    """With ``dry_run``: this run's points in run order, ``{"name", "id", "state", "engines"}`` (and
+    ``"needs"``, the devices of its lane, when engine groups run in lanes)."""
+    devices: str | None = None
+    """The devices lanes are placed on (``GPUs 0,1``), when engine groups run in lanes."""
+    shard: tuple[int, int] | None = None
+    """``(I, N)`` under ``--shard I/N``."""
 
 
 def on_ray(config: ExperimentConfig, address: str, options: dict[str, Any] | None = None) -> ExperimentConfig:
@@ -111,7 +120,7 @@ def plan(sweep: Sweep, ray_address: str | None = None) -> list[Planned]:
         item.group = tuple(sorted(set(shares)))
         planned.append(item)
     if errors:
-        raise ConfigError(_invalid(sweep.source or sweep.name, errors))
+        raise ConfigError(invalid_points(str(sweep.source or sweep.name), errors, len(sweep.points)))
     _disambiguate(planned)
     order = {group: i for i, group in reversed(list(enumerate(p.group for p in planned)))}
     return sorted(planned, key=lambda p: (order[p.group], p.point.index))
@@ -159,16 +168,12 @@ def validate(planned: list[Planned], directory: Path, where: str) -> dict[str, i
             continue
         expected[point.id] = len(problems) * sum(g.num_samples for g in item.config.generators)
     if errors:
-        raise ConfigError(_invalid(where, errors))
+        raise ConfigError(invalid_points(where, errors, len(planned)))
     return expected
 
 
 def _point_error(point: Point, exc: BaseException) -> str:
-    return f"point {point.name} ({describe(point.overrides)}):\n    " + str(exc).replace("\n", "\n    ")
-
-
-def _invalid(where: Any, errors: list[str]) -> str:
-    return f"{where}: {len(errors)} point(s) are invalid; nothing was run:\n  " + "\n  ".join(errors)
+    return f"point {point.name} ({describe(point.overrides)}): {exc}"
 
 
 @dataclass
@@ -214,24 +219,26 @@ def run_sweep(sweep: Sweep, directory: str | Path, *, ray_address: str | None = 
         echo(check_cluster(address))
     setting = Setting(Devices(("0",), gpu=False) if ray_address else find_devices(gpus), shard)
     mine = split(planned, shard[1])[shard[0] - 1] if shard else planned
-    _check_needs(mine, setting, where)
+    _check_needs(planned, setting, where)  # every shard's points: all invalid ones named at once
     file = manifest_file(shard)
     created = not directory.exists()
     with ShardLock(directory, shard) if shard else RunLock(directory, "sweep"):
         try:
             manifest = claim(directory, sweep, file)
             records = {item.point.id: point_record(manifest, item.point.id) for item in mine}
-            todo = [item for item in mine if not is_done(records[item.point.id], item.point)]
-            expected = validate(todo, directory, where)
+            unfinished = [item for item in planned if not is_done(point_record(manifest, item.point.id), item.point)]
+            expected = validate(unfinished, directory, where)  # every shard's points: all invalid ones at once
+            todo = [item for item in mine if item.point.id in expected]
         except Exception:
             if created:
                 _remove_empty(directory)
             raise
         if dry_run:
-            _print_plan(mine, records, setting, echo)
             if created:
                 _remove_empty(directory)
-            return SweepResult(directory, Counter(r["state"] for r in records.values()), {})
+            return SweepResult(directory, Counter(r["state"] for r in records.values()), {},
+                               _plan_rows(mine, records, setting),
+                               setting.devices.describe() if setting.lanes else None, shard)
         for item in todo:
             record = records[item.point.id]
             record.update(expected_candidates=expected[item.point.id], engines=sorted(set(item.engines.values())),
@@ -279,7 +286,7 @@ def _check_needs(planned: list[Planned], setting: Setting, where: str) -> None:
                                                    f"--gpus gives {count}"))
               for item in planned if group_need(item.needs, count) > count]
     if errors:
-        raise ConfigError(_invalid(where, errors))
+        raise ConfigError(invalid_points(where, errors, len(planned)))
 
 
 def _label(item: Planned) -> str:
@@ -308,16 +315,14 @@ def _run_groups(todo: list[Planned], records: dict[str, dict[str, Any]], directo
         run_group(next_item, directory, journal, retry, show_progress, announce)
 
 
-def _print_plan(planned: list[Planned], records: dict[str, dict[str, Any]], setting: Setting,
-                echo: Callable[[str], None]) -> None:
+def _plan_rows(planned: list[Planned], records: dict[str, dict[str, Any]], setting: Setting) -> list[dict[str, Any]]:
+    """The dry run's plan: each point in run order, ``{"name", "id", "state", "engines"}`` and, with lanes,
+    ``"needs"`` (the devices its engine group holds)."""
     count = len(setting.devices.ids)
-    for item in planned:
-        record = records[item.point.id]
-        state = "done" if is_done(record, item.point) else record["state"]
-        need = f"  needs {group_need(item.needs, count)} of {setting.devices.describe()}" if setting.lanes else ""
-        echo(f"{record['name']}  {item.point.id[:8]}  {state}  {', '.join(sorted(set(item.engines.values())))}{need}")
-    shard = f" (shard {setting.shard[0]}/{setting.shard[1]})" if setting.shard else ""
-    echo(f"# ok: {len(planned)} points{shard}; every point validates")
+    return [{"name": records[item.point.id]["name"], "id": item.point.id,
+             "state": "done" if is_done(records[item.point.id], item.point) else records[item.point.id]["state"],
+             "engines": sorted(set(item.engines.values())),
+             **({"needs": group_need(item.needs, count)} if setting.lanes else {})} for item in planned]
 
 
 def _remove_empty(directory: Path) -> None:

@@ -34,7 +34,7 @@ import yaml
 
 from ...core.config import fingerprint
 from ...core.files import atomic_write_bytes
-from ..store.config_guard import changed_keys, result_inputs
+from ..store.config_guard import RUNTIME_OPTIONS, changed_keys, result_inputs
 from ..store.experiment_store import StoreError
 from ..store.lock import LOCK_NAME
 from ..store.manifest import now
@@ -130,8 +130,18 @@ def write_sweep_file(directory: str | Path, sweep: Sweep) -> None:
 
 
 def config_hash(point: Point) -> str:
-    """What a done point was run with: a changed config (more samples, another selector) runs it again."""
-    return fingerprint(point.config.to_dict())
+    """What a done point was run with: a changed config (more samples, another selector) runs it again;
+    runtime-only settings (``RUNTIME_OPTIONS`` such as ``max_batch``, the ``store`` section) do not."""
+    data = point.config.to_dict()
+    data.pop("store", None)
+    for section in ("generators", "verifiers"):
+        for item in data[section]:
+            options = {k: v for k, v in item["options"].items() if k not in RUNTIME_OPTIONS}
+            if isinstance(options.get("backend_options"), dict):
+                options["backend_options"] = {k: v for k, v in options["backend_options"].items()
+                                              if k not in RUNTIME_OPTIONS}
+            item["options"] = options
+    return fingerprint(data)
 
 
 def claim(directory: str | Path, sweep: Sweep, file: str = MANIFEST) -> dict[str, Any]:
@@ -204,8 +214,10 @@ def point_record(manifest: dict[str, Any], point_id: str) -> dict[str, Any]:
 
 
 def is_done(record: dict[str, Any], point: Point) -> bool:
-    """Done, and with the config it is asked for now."""
-    return record.get("state") == "done" and record.get("config_hash") == config_hash(point)
+    """Done, and with the config it is asked for now (a hash of the whole config: how points were recorded
+    before runtime-only settings were left out)."""
+    return record.get("state") == "done" and record.get("config_hash") in (config_hash(point),
+                                                                             fingerprint(point.config.to_dict()))
 
 
 def count_starts(manifest: dict[str, Any], run: dict[str, Any], starts: dict[str, int], points: dict[str, list[str]]) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import socket
 import traceback
-from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,8 @@ class Journal(Protocol):
         """The point's record changed (state, tries, error)."""
 
     def starts(self, starts: dict[str, int], served: dict[str, list[str]]) -> None:
-        """A ``shared_engines()`` block closed: engine starts per label and the points each served."""
+        """Engine starts per label (an engine started: 1, as it happens; the block closed: 0) and the points
+        each engine served so far."""
 
     def echo(self, text: str) -> None:
         """A line for the terminal."""
@@ -95,15 +95,15 @@ class ManifestJournal:
 class Engines:
     """The open ``shared_engines()`` block of a group; closed and reopened after a failed try."""
 
-    def __init__(self, on_close: Callable[[EnginePool], None]) -> None:
+    def __init__(self, on_close: Callable[[EnginePool], None], on_start: Callable[[str], None]) -> None:
         self._stack: ExitStack | None = None
-        self._on_close = on_close
+        self._on_close, self._on_start = on_close, on_start
         self.pool: EnginePool | None = None
 
     def open(self) -> None:
         if self.pool is None:
             self._stack = ExitStack()
-            self.pool = self._stack.enter_context(shared_engines())
+            self.pool = self._stack.enter_context(shared_engines(self._on_start))
 
     def close(self) -> None:
         if self.pool is not None:
@@ -124,11 +124,16 @@ def run_group(next_item: Callable[[], tuple[Planned, dict[str, Any]] | None], di
     labels: dict[str, str] = {}
     served: dict[str, list[str]] = {}
 
-    def closed(pool: EnginePool) -> None:
-        starts = Counter({labels.get(key, "unshared engine"): n for key, n in pool.starts.items()})
-        journal.starts(dict(starts), {label: list(points) for label, points in served.items()})
+    def points_served() -> dict[str, list[str]]:  # a copy: a lane's journal sends it on a queue later
+        return {label: list(points) for label, points in served.items()}
 
-    engines = Engines(closed)
+    def started(key: str) -> None:  # recorded at once: a run killed with SIGKILL keeps its count
+        journal.starts({labels.get(key, "unshared engine"): 1}, points_served())
+
+    def closed(pool: EnginePool) -> None:  # the points served since the engines started
+        journal.starts({labels.get(key, "unshared engine"): 0 for key in pool.starts}, points_served())
+
+    engines = Engines(closed, started)
     try:
         while (job := next_item()) is not None:
             item, record = job
@@ -184,11 +189,11 @@ def run_point(item: Planned, record: dict[str, Any], directory: Path, journal: J
 
 
 def one_line(exc: BaseException | None) -> str | None:
-    """``Type: first line of the message``."""
+    """``Type: the whole message on one line`` (a multi-line message's lines joined: the cause is kept)."""
     if exc is None:
         return None
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _traceback(exc: BaseException | None) -> str | None:

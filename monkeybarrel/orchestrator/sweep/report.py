@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 import yaml
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from ...core.files import atomic_write_bytes
 from ..report.markdown import pct
+from ..report.terminal import table
 from ..stages.evaluate import to_json
 from ..store.experiment_store import StoreError
 from .accounting import gpu_seconds, with_starts
@@ -291,26 +292,26 @@ def render_html(report: dict[str, Any], plot: Path | None) -> str:
 
 
 def print_summary(report: dict[str, Any], console: Console) -> None:
-    """Per task, the best configuration per budget for coverage and the first selector; then where the page is."""
+    """Per task, the best configuration per budget for coverage and the first selector (a table that reads at
+    80 columns, ``report.terminal.table``); then where the page is, one path a line."""
     for task in report["tasks"]:
         several = len(task["models"]) > 1
-        table = Table(title=f"{task['task']}: best configuration per budget ({report['budget_name']})",
-                      title_justify="left")
-        table.add_column(f"{report['budget']} ≤", justify="right", no_wrap=True)
+        columns = [f"{report['budget']} ≤"]
         for metric in task["metrics"][:2]:
-            table.add_column(f"{metric}: best (k)", overflow="fold")
-            table.add_column("%", justify="right", no_wrap=True)
-        rows = zip(*[task["frontier"][m]["table"] for m in task["metrics"][:2]])
-        for cells in rows:
+            columns += [f"{metric}: best (k)", f"{metric} %"]
+        rows = []
+        for cells in zip(*[task["frontier"][m]["table"] for m in task["metrics"][:2]]):
             line = [_num(cells[0]["budget"])]
             for row in cells:
                 best = row["best"]
-                line += [f"{_label(best, several)} (k={best['k']})", pct(best["accuracy"])] if best else ["–", ""]
-            table.add_row(*line)
-        console.print(table)
+                line += [escape(f"{_label(best, several)} (k={best['k']})"), pct(best["accuracy"])] if best else ["–", ""]
+            rows.append(line)
+        console.print(f"{task['task']}: best configuration per budget ({report['budget_name']})", style="bold",
+                      markup=False, highlight=False, soft_wrap=True)
+        console.print(table(columns, rows, right=[c for c in columns if c.endswith("%")]))
     directory = Path(report["directory"])
-    console.print(f"report: {directory / 'report.md'}  page: {directory / 'report.html'}  plot: "
-                  f"{directory / 'report.png'}", highlight=False, markup=False)
+    for label, name in (("report", "report.md"), ("page", "report.html"), ("plot", "report.png")):
+        console.print(f"{label + ':':8}{directory / name}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _yaml(path: Path) -> dict[str, Any]:

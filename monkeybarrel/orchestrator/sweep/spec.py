@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...core.config import ConfigError, ExperimentConfig, _format_validation_error, fingerprint, resolve_data_paths
+from ...core.config import (ConfigError, ExperimentConfig, fingerprint, format_validation_error, read_yaml,
+                            resolve_data_paths, unknown_key)
 from ..store.config_guard import result_inputs
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[\d+\])*(\.[A-Za-z_][A-Za-z0-9_]*(\[\d+\])*)*")
@@ -121,12 +121,11 @@ def load_sweep(path: str | Path) -> Sweep:
             config key (``point temperature=-1: generators[0].temperature: ...``).
     """
     path = Path(path)
-    try:
-        return sweep_from_dict(yaml.safe_load(path.read_text()), source=path)
-    except (FileNotFoundError, IsADirectoryError):
-        raise ConfigError(f"{path}: sweep file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path, "sweep")
+    if data is None:
+        raise ConfigError(f"{path}: the sweep file is empty (or only comments); expected a mapping with `base:` "
+                          "(a config file or mapping) and `axes:` (keys and their values)")
+    return sweep_from_dict(data, source=path)
 
 
 def sweep_from_dict(data: Any, source: Path | None = None, name: str | None = None) -> Sweep:
@@ -138,7 +137,7 @@ def sweep_from_dict(data: Any, source: Path | None = None, name: str | None = No
     try:
         spec = SweepFile.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, where)) from None
+        raise ConfigError(format_validation_error(exc, where, SweepFile)) from None
     base = _base(spec.base, source, where)
     sweep_name = spec.name or name or (source.stem if source is not None else "sweep")
     axes = _groups(spec.axes, base, where)
@@ -151,7 +150,10 @@ def _base(base: str | dict[str, Any], source: Path | None, where: str) -> dict[s
     """The base config as a complete plain dict (every default filled in), validated."""
     if isinstance(base, str):
         path = Path(base) if source is None or Path(base).is_absolute() else source.parent / base
-        config = ExperimentConfig.from_yaml(path)
+        try:
+            config = ExperimentConfig.from_yaml(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: base: {exc}") from None
     else:
         config = ExperimentConfig.from_dict(base, source=f"{where}: base")
     return config.to_dict()
@@ -184,7 +186,9 @@ def _groups(axes: list[dict[str, Any]] | dict[str, Any], base: dict[str, Any], w
 def _axis(key: str, values: Any, base: dict[str, Any], at: str) -> Axis:
     if not isinstance(key, str) or not _KEY.fullmatch(key):
         raise ConfigError(f"{at}: not a config key; expected a dotted path such as generators[0].temperature")
-    _resolve(copy.deepcopy(base), key, at)  # the key's parents exist in the base
+    node, last = _resolve(copy.deepcopy(base), key, at)  # the key's parents exist in the base
+    if isinstance(last, str) and last not in node and "options" not in _steps(key):
+        raise ConfigError(f"{at}: {unknown_key(last, list(node))}")
     if isinstance(values, dict) and values:
         labels, values = [str(v) for v in values], list(values.values())
     elif isinstance(values, list) and values:
@@ -209,7 +213,7 @@ def _points(sweep: Sweep, where: str) -> list[Point]:
     named = [a for group in groups for a in group if a.named]
     named = [a for a in named if len(set(a.labels)) > 1] or named  # keys with one value only when nothing varies
     short = _short_keys([a.key for a in named])
-    points, names = [], []
+    points, names, errors = [], [], []
     for index, choice in enumerate(itertools.product(*[range(s) for s in sizes])):
         overrides, parts = {}, []
         for group, row in zip(groups, choice):
@@ -224,15 +228,29 @@ def _points(sweep: Sweep, where: str) -> list[Point]:
         data["name"] = f"{sweep.name}/{label}"
         if sweep.source is not None:  # data paths in a sweep file (inline base, axes) are relative to its folder
             data = resolve_data_paths(data, sweep.source.parent)
-        config = ExperimentConfig.from_dict(data, source=f"{where}: point {label} ({describe(overrides)})")
+        try:
+            config = ExperimentConfig.from_dict(data, source=f"point {label} ({describe(overrides)})")
+        except ConfigError as exc:
+            errors.append(str(exc))
+            continue
         inputs = result_inputs(config)
         identity = {"overrides": overrides, **{k: v for k, v in inputs.items() if not k.startswith("verifiers[")}}
         point_id = fingerprint(identity)
         names.append(label if len(label) <= MAX_NAME else f"{label[:MAX_NAME]}-{point_id[:8]}")
         points.append(Point(index, names[-1], point_id, overrides, config))
+    if errors:
+        raise ConfigError(invalid_points(where, errors, len(names) + len(errors)))
     repeated = {n for n in names if names.count(n) > 1}
     return [p if p.name not in repeated else Point(p.index, f"{p.name}-{p.id[:8]}", p.id, p.overrides, p.config)
             for p in points]
+
+
+def invalid_points(where: str, errors: list[str], total: int) -> str:
+    """Every invalid point's message under one heading (one line when only one point is invalid)."""
+    if len(errors) == 1:
+        return f"{where}: {errors[0]}"
+    return "\n".join([f"{where}: {len(errors)} of {total} points are invalid; nothing was run:",
+                      *("  " + error.replace("\n", "\n    ") for error in errors)])
 
 
 def describe(overrides: dict[str, Any]) -> str:
@@ -302,7 +320,7 @@ def _resolve(data: Any, key: str, at: str) -> tuple[Any, str | int]:
             return node, step
         if isinstance(step, str) and node.get(step) is None:
             if step not in node and "options" not in steps[:depth]:
-                raise ConfigError(f"{at}: the base config has no key {(walked + '.' if walked else '') + step!r}")
+                raise ConfigError(f"{at}: {unknown_key(step, list(node))}" + (f" under {walked}" if walked else ""))
             node[step] = {}
         node = node[step]
         walked += f"[{step}]" if isinstance(step, int) else (f".{step}" if walked else step)

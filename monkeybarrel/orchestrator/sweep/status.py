@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
+from ..report.terminal import table
 from ..stages.sample import gpu_summary
 from ..store.experiment_store import ExperimentStore, StoreError
 from .accounting import gpu_seconds, with_starts
@@ -91,33 +92,26 @@ STATE_STYLE = {"done": "green", "running": "cyan", "pending": "yellow", "failed"
 
 
 def print_status(status: dict[str, Any], console: Console) -> None:
-    """The status as a rich table that reads at 80 columns (and piped), then the engine starts.
+    """The status as a table that reads at 80 columns and piped, each last error in full, the engine starts.
 
-    Point names fold where the terminal is too narrow (keeping at least 16 columns for the last
-    error); the last error gets the columns left over, on one line cut with an ellipsis.
+    The table (``report.terminal.table``: the point column is never cut) holds the figures; a point's
+    last error is a line of its own below it, never cut (the whole message, its cause included).
     """
-    cells = []
+    rows = []
     for row in status["points"]:
         expected = row["expected_candidates"]
         candidates = f"{row['candidates']}/{expected}" if expected and row["state"] != "done" else str(row["candidates"])
         state = row["state"] + (f" ({row['tries']})" if row["state"] == "failed" and row["tries"] else "")
-        cells.append([row["name"], state, candidates, str(row["errors"]) if row["errors"] else "",
-                      "–" if row["gpu_s"] is None else f"{row['gpu_s']:g}", row["error"] or ""])
-    header = ["point", "state", "cands", "err", "GPU-s", "last error"]
-    widths = [max([len(header[i]), *(len(c[i]) for c in cells)]) for i in range(5)]
-    free = console.width - sum(widths[1:]) - 3 * len(header) - 1  # for the point name and the last error
-    error = max([len(header[5]), *(len(c[5]) for c in cells)])
-    widths[0] = max(10, min(widths[0], free - min(error, 16)))
-    left = max(10, min(error, free - widths[0]))
-    table = Table(title=f"sweep {status['name']}: " + ", ".join(f"{n} {s}" for s, n in sorted(status["states"].items())),
-                  title_justify="left")
-    for i, name in enumerate(header):
-        table.add_column(name, justify="right" if 1 < i < 5 else "left", overflow="fold" if i == 0 else "ellipsis",
-                         no_wrap=i > 0, width=widths[i] if i < 5 else left)
-    for row, cell in zip(status["points"], cells):
-        cell[1] = f"[{STATE_STYLE.get(row['state'], '')}]{cell[1]}[/]"
-        table.add_row(*cell)
-    console.print(table)
+        rows.append([escape(row["name"]), f"[{STATE_STYLE.get(row['state'], '')}]{state}[/]", candidates,
+                     str(row["errors"]) if row["errors"] else "", "–" if row["gpu_s"] is None else f"{row['gpu_s']:g}"])
+    states = ", ".join(f"{n} {s}" for s, n in sorted(status["states"].items()))
+    console.print(f"sweep {status['name']}: {states}", style="bold", markup=False, highlight=False, soft_wrap=True)
+    console.print(table(["point", "state", "cands", "err", "GPU-s"], rows, right=["cands", "err", "GPU-s"]))
+    errors = [(row["name"], row["error"]) for row in status["points"] if row["error"]]
+    if errors:
+        console.print("last errors:", markup=False, highlight=False)
+        for name, error in errors:
+            console.print(f"  {name}: {error}", markup=False, highlight=False)
     engines = status.get("engines", {})
     for label, info in engines.items():
         points = len(info.get("points", []))

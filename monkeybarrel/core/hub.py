@@ -1,4 +1,5 @@
-"""Loading released data from the Hugging Face hub, with one clear error when it cannot be reached.
+"""Loading data from the Hugging Face hub (tasks' datasets, paper recipes' released data), with one clear
+error when it cannot be reached or the package that loads it is missing.
 
 Before a download, one TCP connection to the hub's endpoint (``HF_ENDPOINT``, else huggingface_hub's
 default) must open within ``CONNECT_TIMEOUT_S``; otherwise the load is refused at once instead of
@@ -15,12 +16,14 @@ import socket
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from .files import TaskDataError
+
 CONNECT_TIMEOUT_S = 3.0
 
 
-class DataUnavailableError(RuntimeError):
-    """A released dataset could not be loaded (offline, missing package, unknown name); the message
-    names the dataset and how to pass a local copy instead."""
+class DataUnavailableError(TaskDataError):
+    """A hub dataset could not be loaded (offline, missing package, unknown name); the message names the
+    dataset and how to pass a local copy instead."""
 
 
 def _offline() -> bool:
@@ -57,13 +60,14 @@ def load_hub_dataset(name: str, config: str | None = None, split: str = "test", 
     """``datasets.load_dataset(name, config, split=split)``, or ``DataUnavailableError``.
 
     Args:
-        name: hub id, e.g. ``ScalingIntelligence/monkey_business``.
+        name: hub id, e.g. ``ScalingIntelligence/monkey_business`` (or a local folder ``datasets`` can load).
         config: the dataset's config name (``None`` for the default).
         split: split to load.
         local_hint: how to pass a local copy instead (shown in the error), e.g. ``"--data PATH"``.
     """
     label = f"hub dataset {name}" + (f" (config {config!r})" if config else "") + f", split {split!r}"
-    return _from_hub(label, "datasets", local_hint, lambda datasets: datasets.load_dataset(name, config, split=split))
+    return _from_hub(label, "datasets", local_hint, lambda datasets: datasets.load_dataset(name, config, split=split),
+                     local=os.path.exists(name))
 
 
 def download_hub_files(repo_id: str, patterns: list[str], *, local_hint: str, repo_type: str = "dataset") -> str:
@@ -73,15 +77,16 @@ def download_hub_files(repo_id: str, patterns: list[str], *, local_hint: str, re
                      lambda hub: hub.snapshot_download(repo_id, repo_type=repo_type, allow_patterns=patterns))
 
 
-def _from_hub(what: str, package: str, local_hint: str, fetch: Callable[[Any], Any]) -> Any:
-    """Import ``package``, check the hub answers, then ``fetch(package)``; each failure one
-    ``DataUnavailableError`` naming ``what`` and how to pass a local copy."""
+def _from_hub(what: str, package: str, local_hint: str, fetch: Callable[[Any], Any], local: bool = False) -> Any:
+    """Import ``package``, check the hub answers (not for a ``local`` dataset folder), then ``fetch(package)``;
+    each failure one ``DataUnavailableError`` naming ``what`` and how to pass a local copy."""
     try:
         module = importlib.import_module(package)
     except ImportError as exc:
         raise DataUnavailableError(f"{what}: the `{package}` package is missing "
                                    f"(pip install 'monkeybarrel[hub]'); or pass a local copy: {local_hint}") from exc
-    check_hub_reachable(what, local_hint)
+    if not local:
+        check_hub_reachable(what, local_hint)
     try:
         return fetch(module)
     except Exception as exc:  # offline, gated, unknown config or repository: all end the same way for the user
