@@ -68,7 +68,7 @@ def test_remote_daemon_paths_count_cpu_memory_and_output(monkeypatch):
     box = build_sandbox({"type": "docker", "max_workers": 1, "output_fifos": False})
     try:
         assert "daemon's stream" in box.layer().line()
-        busy = box.run({"m.py": "x = sum(range(20_000_000))\nprint('done')\n"}, ["python3", "m.py"],
+        busy = box.run({"m.py": "x = sum(range(80_000_000))\nprint('done')\n"}, ["python3", "m.py"],
                        limits=Limits(time_s=20))
         assert busy.outcome is Outcome.OK and busy.stdout == "done\n" and busy.cpu_s > 0.2, busy
         hog = box.run({"m.py": "x = []\nwhile True:\n    x.append(b'x' * (1 << 20))\n"}, ["python3", "m.py"],
