@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...core.groups import factorize
+
 SHARE_EDGES = (0.2, 0.4, 0.6, 0.8)
 """Bin edges of an answer's share of its problem's candidates."""
 RANKS = 3
@@ -89,8 +91,6 @@ class AnswerStructure:
 def answer_structure(groups: np.ndarray, answers: np.ndarray) -> AnswerStructure:
     """Items, cells and agreement from ``groups [n]`` (problem of each candidate, any hashable codes)
     and ``answers [n]`` (int answer code, equal codes = equivalent answers, -1 = none)."""
-    from ..core.groups import factorize
-
     groups = np.asarray(groups)
     answers = np.asarray(answers, dtype=np.int64)
     n = answers.size
