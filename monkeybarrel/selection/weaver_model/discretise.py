@@ -31,6 +31,8 @@ MAX_BINS = 8
 """Most bins a verifier gets with ``n_bins="auto"``."""
 MIN_BIN_COUNT = 30
 """With ``n_bins="auto"``, a verifier gets at most (observed scores / this) bins."""
+BLOCK_ROWS = 8192
+"""``bin_codes`` compares this many rows at a time."""
 
 
 def as_matrix(estimator: BaseEstimator, X: Any, reset: bool) -> np.ndarray:
@@ -95,14 +97,17 @@ class ScoreNormalizer(TransformerMixin, BaseEstimator):
             nearest = np.floor(self.references_ * (finite[j] - 1) + 0.5).astype(np.int64)
             self.quantiles_[:, j] = np.sort(X[:, j])[nearest]  # knots are scores (NaN sorts last)
 
-    def _column(self, x: np.ndarray, j: int) -> np.ndarray:
-        """Normalised values of finite scores ``x`` of column ``j``."""
+    def transform_column(self, x: np.ndarray, j: int) -> np.ndarray:
+        """``[k]`` normalised values of the finite scores ``x [k]`` of column ``j``."""
         if self.method == "quantile":
             q, levels = self.quantiles_[:, j], self.references_
             if np.isnan(q[0]):
                 return x.copy()
             # a value equal to a run of knots gets the middle of their levels; between knots, linear
-            left, right = np.searchsorted(q, x, side="left"), np.searchsorted(q, x, side="right")
+            right = np.searchsorted(q, x, side="right")
+            left = right.copy()
+            tied = np.flatnonzero((right > 0) & (q[np.maximum(right - 1, 0)] == x))
+            left[tied] = np.searchsorted(q, x[tied], side="left")
             tied = (levels[np.minimum(left, q.size - 1)] + levels[np.maximum(right - 1, 0)]) / 2
             below, above = np.clip(left - 1, 0, q.size - 1), np.clip(left, 0, q.size - 1)
             span = q[above] - q[below]
@@ -121,14 +126,14 @@ class ScoreNormalizer(TransformerMixin, BaseEstimator):
         out = X.copy()
         for j in range(X.shape[1]):
             rows = ~np.isnan(X[:, j])
-            out[rows, j] = self._column(X[rows, j], j)
+            out[rows, j] = self.transform_column(X[rows, j], j)
         return out
 
     def _quantile_cutoff(self, j: int, level: float) -> float:
         """Smallest x with normalised score >= level: the first knot reaching it, refined inside its
         segment, where the normalised score is linear between distinct knots."""
         q = self.quantiles_[:, j]
-        reached = np.flatnonzero(self._column(q, j) >= level - 1e-12)
+        reached = np.flatnonzero(self.transform_column(q, j) >= level - 1e-12)
         if reached.size == 0:
             return np.inf
         i = reached[0]
@@ -136,12 +141,12 @@ class ScoreNormalizer(TransformerMixin, BaseEstimator):
             return float(q[i])
         low, high = q[i - 1], q[i]
         a, b = low + (high - low) / 3, low + 2 * (high - low) / 3
-        za, zb = self._column(np.array([a, b]), j)
+        za, zb = self.transform_column(np.array([a, b]), j)
         if zb <= za:
             return float(high)
         x = a + (level - 1e-12 - za) * (b - a) / (zb - za)
         x = min(max(x, np.nextafter(low, np.inf)), high)
-        while self._column(np.array([x]), j)[0] < level - 1e-12 and x < high:  # rounding: step up
+        while self.transform_column(np.array([x]), j)[0] < level - 1e-12 and x < high:  # rounding: step up
             x = np.nextafter(x, np.inf)
         return float(x)
 
@@ -189,7 +194,7 @@ def bin_cutoffs(normalizer: ScoreNormalizer, quantiles: ScoreNormalizer, observe
             cuts.append(np.zeros(0))
             continue
         levels = np.arange(1, count) / count
-        z = quantiles._column(q, j)  # cut at knots (data values), so ties never leave a bin empty
+        z = quantiles.transform_column(q, j)  # cut at knots (data values), so ties never leave a bin empty
         first = np.searchsorted(z, levels - 1e-12, side="left")
         points = np.unique(q[first[first < q.size]])
         cuts.append(points[points > q[0]])  # no empty bin below the minimum
@@ -215,12 +220,15 @@ def bin_codes(X: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
     """
     codes = np.empty(X.shape, dtype=np.int8)
     abstain = cutoffs.shape[0] + 1
-    for j in range(X.shape[1]):
-        column = X[:, j]
-        cut = cutoffs[:, j]
-        cut = cut[~np.isnan(cut)]
-        codes[:, j] = np.searchsorted(cut, column, side="right") if cut.size else 0
-        codes[np.isnan(column), j] = abstain
+    levels = [cut for cut in cutoffs if np.isfinite(cut).any()]  # rows of +inf (or NaN) pads count nothing
+    for lo in range(0, X.shape[0], BLOCK_ROWS):  # blocks of rows: contiguous, cache-sized comparisons
+        x = X[lo:lo + BLOCK_ROWS]
+        block = np.zeros(x.shape, dtype=np.int8)
+        with np.errstate(invalid="ignore"):
+            for cut in levels:
+                block += x >= cut
+        block[np.isnan(x)] = abstain
+        codes[lo:lo + BLOCK_ROWS] = block
     return codes
 
 

@@ -8,7 +8,7 @@ per-stratum rates are its rates over all strata plus a fixed share (``Model.shri
 James–Stein factor) of its stratum's deviation from them.
 
 EM is accelerated by SQUAREM (Varadhan & Roland, 2008, scheme S3) and stops when the objective per item
-changes by less than ``tol`` (``Iteration`` records how it stopped). Products run in float32 on the
+changes by less than ``tol`` (``Iteration`` records how it stopped). Products run in float32 on the sparse
 ``em_data`` layout (indicators are exact, soft counts carry ~1e-7 relative rounding); parameters, sums
 and the objective are float64.
 """
@@ -72,12 +72,8 @@ class LatentClassEM:
         """``[I, 2]`` weighted log P(votes of the item | class) and ``[I]`` log-likelihood ratio of its cell."""
         d = self.data
         log_theta = np.log(np.clip(params.theta, 1e-6, 1.0)) * self.model.weights  # [S, 2, B, m]
-        rows = np.empty((d.F.shape[0], 2), dtype=np.float64)
-        for s in range(d.n_strata):
-            lo, hi = d.stratum_rows[s], d.stratum_rows[s + 1]
-            if hi > lo:
-                rows[lo:hi] = d.F[lo:hi] @ log_theta[s].reshape(2, -1)[:, d.columns].T.astype(np.float32)
-        return d.per_item(rows), self.cell_llr(params)
+        tables = log_theta.reshape(d.n_strata, 2, -1)[:, :, d.columns].transpose(0, 2, 1)  # [S, C, 2]
+        return d.per_item(d.products(tables)), self.cell_llr(params)
 
     def cell_llr(self, params: Params) -> np.ndarray:
         """``[I]`` log-likelihood ratio of each item's share cell (0 without one)."""
@@ -106,13 +102,7 @@ class LatentClassEM:
     def soft_counts(self, q: np.ndarray) -> np.ndarray:
         """``[S, n_bins * m]`` soft count of each (bin, verifier) in the correct class, per stratum."""
         d = self.data
-        rows = d.to_rows(q).astype(np.float32) * d.row_weight
-        out = np.zeros((d.n_strata, d.columns.size))
-        for s in range(d.n_strata):
-            lo, hi = d.stratum_rows[s], d.stratum_rows[s + 1]
-            if hi > lo:
-                out[s] = rows[lo:hi] @ d.F[lo:hi]
-        return d.grid(out)
+        return d.grid(d.column_sums(d.to_rows(q).astype(np.float32) * d.row_weight))
 
     def m_step(self, q: np.ndarray) -> Params:
         d, model = self.data, self.model
@@ -215,8 +205,8 @@ def soft_vote(data: EMData, weights: np.ndarray) -> np.ndarray:
     top = np.maximum(data.mask.sum(axis=0) - 1, 1)
     level = (np.arange(data.n_bins)[:, None] / top[None, :] * weights[None, :]).ravel()[data.columns]
     observed = np.broadcast_to(weights, (data.n_bins, data.m)).ravel()[data.columns]
-    support = data.per_item((data.F @ level.astype(np.float32)).astype(np.float64))
-    voters = data.per_item((data.F @ observed.astype(np.float32)).astype(np.float64))
+    both = data.products(np.broadcast_to(np.column_stack([level, observed]), (data.n_strata, level.size, 2)))
+    support, voters = data.per_item(both[:, 0]), data.per_item(both[:, 1])
     return np.divide(support, voters, out=np.full(data.n_items, 0.5), where=voters > 0)
 
 

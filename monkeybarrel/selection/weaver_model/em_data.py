@@ -1,10 +1,11 @@
 """The layout the label model's EM reads: votes as indicators of (bin, verifier), rows sorted by (stratum, item).
 
 Every verifier's score is one of its own bins (``B_j <= n_bins`` of them, ``mask [n_bins, m]``) or an
-abstain. EM reads the votes as one float32 indicator matrix ``F [rows, C]`` over the C existing
-(bin, verifier) pairs (``columns``: their flat index ``b * m + j`` in the ``[n_bins, m]`` grid), so the
-E-step is one product ``F @ log θ`` and the M-step one product ``q @ F`` per stratum: the per-verifier
-sufficient statistics (soft counts of each bin in each class).
+abstain. EM reads the votes as a sparse float32 indicator matrix ``F [rows, C]`` (CSR, one block per
+stratum) over the C existing (bin, verifier) pairs (``columns``: their flat index ``b * m + j`` in the
+``[n_bins, m]`` grid), so the E-step is one product ``F @ log θ`` and the M-step one product ``F.T @ q`` per
+stratum: the per-verifier sufficient statistics (soft counts of each bin in each class). A row holds one
+entry per verifier that scored it, so the products cost O(rows x verifiers) whatever the bins.
 
 * **Items** are what the hidden label belongs to: each row (candidate) by default; with final
   answers, an *answer* of a problem (all candidates giving it are right or wrong together, so their
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
 CELL_NONE = -1
 """Cell of an item without the categorical observation."""
@@ -31,7 +33,8 @@ class EMData:
     """Votes in the layout EM reads (see the module docstring).
 
     Attributes:
-        F: ``[N, C]`` float32 indicators, rows sorted by (stratum, item).
+        blocks: per stratum, the ``[N_s, C]`` float32 CSR indicators of its rows (sorted by item);
+            ``blocks_t``: their transposes (CSR too, for the M-step).
         columns: ``[C]`` flat ``[n_bins, m]`` index of each indicator column; ``mask``: ``[n_bins, m]``
             bool, the bins each verifier has.
         row_of: ``[N]`` original row (or first row of a merged pattern) of each sorted row.
@@ -47,7 +50,8 @@ class EMData:
         rows_are_items: every item is one row (no summing needed).
     """
 
-    F: np.ndarray
+    blocks: list
+    blocks_t: list
     columns: np.ndarray
     mask: np.ndarray
     row_of: np.ndarray
@@ -69,6 +73,28 @@ class EMData:
     @property
     def n_items(self) -> int:
         return int(self.item_start.size)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.stratum_rows[-1])
+
+    def products(self, tables: np.ndarray) -> np.ndarray:
+        """``[N, k]`` float64: each sorted row's indicators times its stratum's ``tables [S, C, k]``."""
+        out = np.empty((self.n_rows, tables.shape[2]))
+        for s, block in enumerate(self.blocks):
+            lo, hi = self.stratum_rows[s], self.stratum_rows[s + 1]
+            if hi > lo:
+                out[lo:hi] = block @ tables[s].astype(np.float32)
+        return out
+
+    def column_sums(self, values: np.ndarray) -> np.ndarray:
+        """``[S, C]`` float64: per stratum, the indicators' columns weighted by the sorted rows' ``values [N]``."""
+        out = np.zeros((self.n_strata, self.columns.size))
+        for s, block in enumerate(self.blocks_t):
+            lo, hi = self.stratum_rows[s], self.stratum_rows[s + 1]
+            if hi > lo:
+                out[s] = block @ values[lo:hi].astype(np.float32)
+        return out
 
     def item_of_row(self) -> np.ndarray:
         """``[N]`` item of each sorted row."""
@@ -159,14 +185,16 @@ def build_em_data(codes: np.ndarray, bins: np.ndarray, strata: np.ndarray | None
         _, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
         inverse = inverse.reshape(-1)
         if first.size * 2 <= n and np.array_equal(codes[first][inverse], codes):
-            F = _indicators(codes[first], columns, n_bins)
             weight = counts.astype(np.float64)
             p = first.size
-            return EMData(F=F, row_of=first, inverse=inverse, weight=weight, row_weight=weight.astype(np.float32),
-                          item_start=np.arange(p), item_size=np.ones(p, dtype=np.int64),
-                          item_cell=np.full(p, CELL_NONE), item_stratum=np.zeros(p, dtype=np.int64),
-                          stratum_rows=np.array([0, p]), totals=_totals(F, weight, np.array([0, p]), columns, mask),
-                          n_strata=1, rows_are_items=True, **shape)
+            bounds = np.array([0, p])
+            blocks = _blocks(codes[first], columns, mask, bounds)
+            return EMData(blocks=blocks, blocks_t=[b.T.tocsr() for b in blocks], row_of=first, inverse=inverse,
+                          weight=weight, row_weight=weight.astype(np.float32), item_start=np.arange(p),
+                          item_size=np.ones(p, dtype=np.int64), item_cell=np.full(p, CELL_NONE),
+                          item_stratum=np.zeros(p, dtype=np.int64), stratum_rows=bounds,
+                          totals=_totals(blocks, weight, bounds, columns, mask), n_strata=1, rows_are_items=True,
+                          **shape)
     item_key = np.arange(n) if items is None else np.asarray(items, dtype=np.int64)
     order = np.lexsort((item_key, strata))
     sorted_items = item_key[order]
@@ -177,36 +205,40 @@ def build_em_data(codes: np.ndarray, bins: np.ndarray, strata: np.ndarray | None
         raise ValueError("every row of an item must be in the same stratum")
     item_cell = (np.full(starts.size, CELL_NONE, dtype=np.int64) if cells is None
                  else np.asarray(cells, dtype=np.int64)[order][starts])
-    F = _indicators(codes[order], columns, n_bins)
     bounds = np.searchsorted(strata[order], np.arange(n_strata + 1))
+    blocks = _blocks(codes[order], columns, mask, bounds)
     inverse = np.empty(n, dtype=np.int64)
     inverse[order] = np.arange(n)
-    return EMData(F=F, row_of=order, inverse=inverse, weight=np.ones(starts.size), row_weight=np.ones(n, np.float32),
-                  item_start=starts, item_size=sizes, item_cell=item_cell, item_stratum=item_stratum,
-                  stratum_rows=bounds, totals=_totals(F, None, bounds, columns, mask), n_strata=n_strata,
+    return EMData(blocks=blocks, blocks_t=[b.T.tocsr() for b in blocks], row_of=order, inverse=inverse,
+                  weight=np.ones(starts.size), row_weight=np.ones(n, np.float32), item_start=starts, item_size=sizes,
+                  item_cell=item_cell, item_stratum=item_stratum, stratum_rows=bounds,
+                  totals=_totals(blocks, None, bounds, columns, mask), n_strata=n_strata,
                   rows_are_items=bool(np.all(sizes == 1)), **shape)
 
 
-def _indicators(codes: np.ndarray, columns: np.ndarray, n_bins: int) -> np.ndarray:
-    """``[n, C]`` float32 one-hot of each existing (bin, verifier) pair (an abstain is in none)."""
-    m = codes.shape[1]
-    bins, verifiers = np.divmod(columns, m)
-    return (codes[:, verifiers] == bins[None, :].astype(codes.dtype)).astype(np.float32)
-
-
-def _totals(F: np.ndarray, weight: np.ndarray | None, bounds: np.ndarray, columns: np.ndarray, mask: np.ndarray
-            ) -> np.ndarray:
-    """``[S, n_bins * m]`` weighted count of every (bin, verifier) per stratum."""
-    out = np.zeros((bounds.size - 1, mask.size))
+def _blocks(codes: np.ndarray, columns: np.ndarray, mask: np.ndarray, bounds: np.ndarray) -> list:
+    """Per stratum (row ranges ``bounds``), the ``[N_s, C]`` float32 CSR indicator of each row's bin per verifier
+    (an abstain, a code outside the verifier's bins, has no entry)."""
+    n, m = codes.shape
+    position = np.full(mask.shape, -1, dtype=np.int64)  # [n_bins, m] -> indicator column
+    position.ravel()[columns] = np.arange(columns.size)
+    inside = codes < mask.sum(axis=0)[None, :]  # a real bin of that verifier
+    out = []
     for s in range(bounds.size - 1):
-        part = F[bounds[s]:bounds[s + 1]]
-        out[s, columns] = (part.sum(axis=0, dtype=np.float64) if weight is None
-                           else weight[bounds[s]:bounds[s + 1]].astype(np.float32) @ part)
+        part, seen = codes[bounds[s]:bounds[s + 1]], inside[bounds[s]:bounds[s + 1]]
+        rows, verifiers = np.nonzero(seen)
+        indices = position[part[rows, verifiers], verifiers]
+        indptr = np.concatenate([[0], np.cumsum(seen.sum(axis=1))])
+        out.append(sparse.csr_matrix((np.ones(indices.size, np.float32), indices, indptr),
+                                     shape=(part.shape[0], columns.size)))
     return out
 
 
-def codes_of_rows(data: EMData, rows: np.ndarray) -> np.ndarray:
-    """``[len(rows), m]`` int8 bin codes of original ``rows`` read back from the indicators (abstain = n_bins)."""
-    F = data.grid(data.F[data.inverse[rows]]).reshape(rows.size, data.n_bins, data.m)
-    observed = F.sum(axis=1) > 0
-    return np.where(observed, F.argmax(axis=1), data.n_bins).astype(np.int8)
+def _totals(blocks: list, weight: np.ndarray | None, bounds: np.ndarray, columns: np.ndarray, mask: np.ndarray
+            ) -> np.ndarray:
+    """``[S, n_bins * m]`` weighted count of every (bin, verifier) per stratum."""
+    out = np.zeros((bounds.size - 1, mask.size))
+    for s, block in enumerate(blocks):
+        w = (np.ones(block.shape[0]) if weight is None else weight[bounds[s]:bounds[s + 1]])
+        out[s, columns] = block.T @ w
+    return out

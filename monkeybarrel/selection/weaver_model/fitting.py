@@ -24,7 +24,7 @@ from . import em as lm
 from .answers import N_CELLS, AnswerStructure
 from .dependence import (CORRELATION_ROWS, closest_copies, conditional_correlations, dependence_weights,
                          median_split, vote_correlations)
-from .em_data import CELL_NONE, EMData, build_em_data, codes_of_rows
+from .em_data import CELL_NONE, EMData, build_em_data
 from .orientation import UNANIMITY, Orientation, orient, orientation_shift
 
 FIT_ROWS = 60_000
@@ -124,7 +124,7 @@ def fit_label_model(codes: np.ndarray, bins: np.ndarray, structure: AnswerStruct
     positive, negative = median_split(codes[rows][sample], bins)
     if settings.dependence is not None:
         model.weights = dependence_weights(vote_correlations(positive, negative), settings.dependence)
-    fit = lm.fit(em, _start(em, part, strata, S, cells, settings), settings.max_iter, settings.tol)
+    fit = lm.fit(em, _start(em, codes[rows], bins, part, strata, S, cells, settings), settings.max_iter, settings.tol)
     copies: dict[int, tuple[int, float]] = {}
     if settings.dependence is not None:
         posterior = data.to_rows(fit["posterior"])[data.inverse[sample]]
@@ -146,7 +146,7 @@ def fit_label_model(codes: np.ndarray, bins: np.ndarray, structure: AnswerStruct
         params=fit["params"], weights=model.weights, copies=copies, shrink=model.shrink, orientation=orientation,
         n_iter=fit["n_iter"], iteration=fit["iteration"],
         heterogeneity=lm.heterogeneity(em, fit["posterior"]) if S > 1 else np.full(bins.size, np.nan),
-        cell_counts=cell_counts, n_patterns=int(data.F.shape[0]), sampled=int(rows.size),
+        cell_counts=cell_counts, n_patterns=data.n_rows, sampled=int(rows.size),
         pooled_theta=_pooled_theta(em, fit), problems=_problem_picks(fit, problem_of_item, agreed))
 
 
@@ -156,11 +156,12 @@ def _refit(em: lm.LatentClassEM, fit: dict[str, Any], settings: Settings) -> dic
     return dict(refit, n_iter=refit["n_iter"] + fit["n_iter"])
 
 
-def _start(em: lm.LatentClassEM, structure: AnswerStructure | None, strata: np.ndarray | None, S: int, cells: bool,
-           settings: Settings) -> lm.Params:
-    """The best label-free start, chosen on at most ``START_ROWS`` rows (whole problems when answered)."""
+def _start(em: lm.LatentClassEM, codes: np.ndarray, bins: np.ndarray, structure: AnswerStructure | None,
+           strata: np.ndarray | None, S: int, cells: bool, settings: Settings) -> lm.Params:
+    """The best label-free start, chosen on at most ``START_ROWS`` of ``em``'s rows (``codes``; whole problems
+    when answered)."""
     data = em.data
-    n = data.inverse.size
+    n = codes.shape[0]
     rows = (structure.sample(START_ROWS, seed=1) if structure is not None else
             (row_sample(n, START_ROWS) if n > START_ROWS else None))
     if rows is None:
@@ -168,8 +169,8 @@ def _start(em: lm.LatentClassEM, structure: AnswerStructure | None, strata: np.n
     clamp = None
     if em.model.clamp is not None:
         clamp = em.model.clamp[data.item_of_row()[data.inverse]][rows]
-    small = em_problem(codes_of_rows(data, rows), data.mask.sum(axis=0), None if structure is None else
-                       structure.subset(rows), None if strata is None else strata[rows], S, cells, clamp, settings)
+    small = em_problem(codes[rows], bins, None if structure is None else structure.subset(rows),
+                       None if strata is None else strata[rows], S, cells, clamp, settings)
     small.model.weights = em.model.weights
     return lm.best_start(small, lm.soft_vote(small.data, small.model.weights), START_SHARES, START_STEPS)
 
