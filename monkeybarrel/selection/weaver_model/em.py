@@ -8,7 +8,9 @@ per-stratum rates are its rates over all strata plus a fixed share (``Model.shri
 James–Stein factor) of its stratum's deviation from them.
 
 EM is accelerated by SQUAREM (Varadhan & Roland, 2008, scheme S3) and stops when the objective per item
-changes by less than ``tol`` (``Iteration`` records how it stopped). Products run in float32 on the sparse
+changes by less than ``tol`` or no parameter (rate, cell share, prior) moves by more than ``RATE_TOL`` in a
+cycle: the float32 products leave ~1e-7 of noise in the objective, so a tight ``tol`` alone can keep a
+converged fit running to ``max_iter`` (``Iteration`` records how it stopped). Products run in float32 on the sparse
 ``em_data`` layout (indicators are exact, soft counts carry ~1e-7 relative rounding); parameters, sums
 and the objective are float64.
 """
@@ -21,6 +23,10 @@ from typing import Any
 import numpy as np
 
 from .em_data import CELL_NONE, EMData, Params
+
+
+RATE_TOL = 1e-7
+"""EM also stops when no parameter moves by more than this in a SQUAREM cycle."""
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -49,8 +55,9 @@ class Model:
 
 @dataclass
 class Iteration:
-    """How an EM run ended: ``steps`` EM steps, ``converged`` (objective change < tol), the last change of
-    the objective per item, the largest change of any rate over the last cycle, and (when it ran out of
+    """How an EM run ended: ``steps`` EM steps, ``converged`` (objective change < tol or parameter change <
+    ``RATE_TOL``), the last change of the objective per item, the largest change of any parameter over the
+    last cycle, and (when it ran out of
     steps) the parameters 90 % of the way (``checkpoint``) and how much the posteriors moved since."""
 
     steps: int
@@ -151,9 +158,9 @@ class LatentClassEM:
                 steps += 1
             else:
                 new, objective = second, objective1
-            rate_change = float(np.abs(new.theta - params.theta).max())
+            rate_change = float(np.abs(new.pack() - params.pack()).max())
             params, change = new, abs(objective - previous)
-            if change < tol:
+            if change < tol or rate_change < RATE_TOL:
                 return params, Iteration(steps, True, change, rate_change)
             previous = objective
             if checkpoint is None and steps >= 0.9 * max_steps:
