@@ -32,44 +32,54 @@ from pathlib import Path
 
 import numpy as np
 
+HERE = Path(__file__).resolve().parent
 RUN_SCRIPT = """
 import json, sys, warnings
-import numpy as np
-import pyarrow as pa
+sys.path.insert(0, sys.argv[2])
+from weaver_families import load
 from monkeybarrel.core.metrics import selection_accuracy
-from monkeybarrel.core.selection_data import SelectionData
 from monkeybarrel.selection.weaver import WeaverSelector
 out = {}
 for path, dev in json.loads(sys.argv[1]):
-    z = np.load(path, allow_pickle=False)
-    keys = pa.table({"problem_id": z["problem_id"], "generator_id": ["g"] * z["problem_id"].size,
-                     "sample_index": z["sample_index"]})
-    answers = [None if a == "" else a for a in z["answers"].tolist()]
-    data = SelectionData.build(keys, z["scores"], tuple(z["verifiers"].tolist()),
-                               answers if any(a is not None for a in answers) else None)
+    data, labels = load(path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        selector = WeaverSelector(dev_fraction=dev).fit(data, z["labels"] if dev else None)
+        selector = WeaverSelector(dev_fraction=dev).fit(data, labels if dev else None)
         chosen = selector.select(data)
     said = [str(w.message) for w in caught if "orientation" in str(w.message) or "agreement" in str(w.message)]
-    out[f"{path}:{dev}"] = {"accuracy": selection_accuracy(chosen, z["labels"]), "warned": said,
+    out[f"{path}:{dev}"] = {"accuracy": selection_accuracy(chosen, labels), "warned": said,
                             "orientation": getattr(selector.model_, "orientation_", None)}
 print(json.dumps(out))
 """
 
 
 def save(data, labels: np.ndarray, path: Path) -> None:
-    """The instance as plain arrays another version of the package can rebuild ``SelectionData`` from."""
+    """The instance as plain arrays another version of the package can rebuild ``SelectionData`` from (``load``)."""
     answers = np.array(["" if a < 0 else f"a{a}" for a in data.answers])
     np.savez(path, scores=data.scores, problem_id=data.problem_id.astype(str), sample_index=data.sample_index,
              answers=answers, verifiers=np.array(data.verifiers), labels=labels)
 
 
+def load(path: str | Path):
+    """``(SelectionData, labels)`` of an instance written by ``save``, built by whichever package is imported."""
+    import pyarrow as pa
+
+    from monkeybarrel.core.selection_data import SelectionData
+
+    z = np.load(path, allow_pickle=False)
+    keys = pa.table({"problem_id": z["problem_id"], "generator_id": ["g"] * z["problem_id"].size,
+                     "sample_index": z["sample_index"]})
+    answers = [None if a == "" else a for a in z["answers"].tolist()]
+    data = SelectionData.build(keys, z["scores"], tuple(z["verifiers"].tolist()),
+                               answers if any(a is not None for a in answers) else None)
+    return data, z["labels"]
+
+
 def run_tree(package: Path, jobs: list[tuple[str, float]]) -> dict[str, dict]:
     """Default Weaver of the package at ``package`` on the saved instances (a fresh process, one core's BLAS)."""
     env = dict(os.environ, PYTHONPATH=str(package), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", RUN_SCRIPT, json.dumps(jobs)], capture_output=True, text=True,
-                         check=True, cwd=package, env=env)
+    out = subprocess.run([sys.executable, "-c", RUN_SCRIPT, json.dumps(jobs), str(HERE)], capture_output=True,
+                         text=True, check=True, cwd=package, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -27,24 +27,19 @@ import numpy as np
 
 RUN_SCRIPT = """
 import json, sys, warnings
-import numpy as np
-import pyarrow as pa
+sys.path.insert(0, sys.argv[1])
+from weaver_families import load
 import monkeybarrel.selection.weaver as W
 from monkeybarrel.core.metrics import selection_accuracy
-from monkeybarrel.core.selection_data import SelectionData
 warnings.simplefilter("ignore")
 FORCE = {"joint": (-1.0, 2.0), "checked": (2.0, float("inf"))}  # (SANITY_MARGIN, MAX_RIGHT_ANSWERS)
 out = {}
-for path in sys.argv[1:]:
-    z = np.load(path, allow_pickle=False)
-    keys = pa.table({"problem_id": z["problem_id"], "generator_id": ["g"] * z["problem_id"].size,
-                     "sample_index": z["sample_index"]})
-    answers = [None if a == "" else a for a in z["answers"].tolist()]
-    data = SelectionData.build(keys, z["scores"], tuple(z["verifiers"].tolist()), answers)
+for path in sys.argv[2:]:
+    data, labels = load(path)
     for mode, (margin, most) in FORCE.items():
         W.SANITY_MARGIN, W.MAX_RIGHT_ANSWERS = margin, most
         selector = W.WeaverSelector(model=W.WeaverModel(n_bins=8)).fit(data)
-        out[f"{path}:{mode}"] = selection_accuracy(selector.select(data), z["labels"])
+        out[f"{path}:{mode}"] = selection_accuracy(selector.select(data), labels)
 print(json.dumps(out))
 """
 
@@ -92,8 +87,9 @@ def main() -> None:
                     WeaverSelector().fit(data).select(data), labels)})
         package = unpack(args.before, Path(tmp) / "before")
         env = dict(os.environ, PYTHONPATH=str(package), OPENBLAS_NUM_THREADS="1")
-        out = subprocess.run([sys.executable, "-c", RUN_SCRIPT, *paths], capture_output=True, text=True, check=True,
-                             cwd=package, env=env)
+        here = str(Path(__file__).resolve().parent)
+        out = subprocess.run([sys.executable, "-c", RUN_SCRIPT, here, *paths], capture_output=True, text=True,
+                             check=True, cwd=package, env=env)
         forced = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"{args.seeds} instances per row; accuracy (%) averaged; reference = naive-Bayes oracle (#26 kinds) or "
           f"exact posterior (#34 families, weak verifiers)")

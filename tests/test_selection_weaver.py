@@ -266,3 +266,16 @@ def test_weaver_on_a_plain_matrix_and_problem_ids():
     assert data.sample_index[:3].tolist() == [0, 1, 2] and set(data.generator_id) == {""}
     with pytest.raises(ValueError, match="one entry per row"):
         SelectionData.from_arrays(scores, problem_ids[:5])
+
+
+def test_nested_parameters_and_clone_keep_the_estimator_contract():
+    selector = WeaverSelector().set_params(model__n_bins=4, model__n_strata=2, dev_fraction=0.0)
+    assert selector.get_params()["model__n_bins"] == 4 and selector.model.n_strata == 2
+    copy = clone(selector)
+    assert copy.get_params()["model__n_bins"] == 4 and copy.model is not selector.model
+    assert WeaverModel().get_params()["n_bins"] == "auto" and WeaverModel().get_params()["threshold"] is None
+    data, y = latent_class_data(problems=60)
+    fitted = copy.fit(data)
+    assert fitted.model_.bins_.max() <= 4 and not hasattr(selector, "model_")
+    with pytest.raises(ValueError, match="binary votes"):
+        WeaverModel(n_bins=4, threshold=0.5).fit(data.scores)

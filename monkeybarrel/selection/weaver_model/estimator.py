@@ -103,7 +103,8 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
             ``consensus_``: picks of the agreed answer on near-unanimous problems (chosen / mirror).
         n_iter_, converged_, flipped_: EM diagnostics; ``stop_``: how the last EM run ended.
         fallback_: None, or ``"vote_count"`` when fewer than 3 verifiers survive.
-        n_patterns_: rows EM ran on; ``fit_rows_``: candidates the label model was fitted on.
+        n_patterns_: rows EM ran on; ``fit_rows_``: candidates the label model was fitted on (a sample of
+            whole problems above ``fitting.FIT_ROWS``), of ``n_rows_`` answered candidates.
 
     Examples:
         >>> rng = np.random.default_rng(0)
@@ -211,6 +212,7 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         if columns.size < 3:
             self._vote_count(columns, prior)
             return
+        self.n_rows_ = X.shape[0]
         settings = Settings(self.dependence, prior, self.smoothing, self.max_iter, self.tol)
         fit = fit_label_model(np.ascontiguousarray(codes[:, columns]), self.bins_[columns], structure,
                               self.strata_edges_, self.answer_share_, labelled, settings)

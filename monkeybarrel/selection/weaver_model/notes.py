@@ -76,6 +76,9 @@ def describe_fit(model: Any, names: Sequence[str]) -> list[str]:
         bins = model.bins_[model.keep_]
         notes.append(f"scores in {bins.min()}-{bins.max()} equal-count bins per verifier (as many as its scores "
                      "carry, up to 8)" if bins.min() != bins.max() else f"scores in {bins.min()} equal-count bins per verifier")
+    if 0 < model.fit_rows_ < getattr(model, "n_rows_", 0):
+        notes.append(f"label model fitted on a seeded sample of whole problems ({model.fit_rows_:,} of "
+                     f"{model.n_rows_:,} candidates); every candidate scored with it")
     notes += _copies(model, names)
     notes += [f"{names[j]} is near random (its mean bin differs by < {NEAR_RANDOM_GAP:g} between the classes): weight ~0"
               for j in np.flatnonzero(model.near_random_)]
