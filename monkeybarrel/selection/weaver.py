@@ -114,7 +114,7 @@ AGGREGATIONS = ("answer", "candidate")
 
 @SELECTORS.register("weaver")
 class WeaverSelector(Selector):
-    """Weaver selection: argmax per problem of the label model's P(correct | verifier votes).
+    """Weaver selection: argmax per problem of the label model's P(correct | verifier scores).
 
     Label-free unless ``dev_fraction > 0``: then the labels of a seeded random share of the
     problems are fixed in EM, set the class prior, orient the label model and (with
@@ -123,7 +123,7 @@ class WeaverSelector(Selector):
     Args:
         verifiers: score columns to use (default: all).
         majority_verifier: use the majority evidence: with ``aggregate="answer"`` each answer's share
-            of its problem's samples (tested per agreement stratum against the verifiers); with
+            of its problem's samples (a share cell, fitted with the verifiers); with
             ``aggregate="candidate"`` Weaver's majority-vote pseudo-verifier column (1 for candidates
             with a most frequent answer), as in the paper.
         model: the ``WeaverModel`` (its parameters are nested: ``model__threshold``,

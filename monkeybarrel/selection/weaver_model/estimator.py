@@ -208,11 +208,11 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         self.strata_edges_ = (agreement_edges(structure, self.n_strata) if structure is not None and self.n_strata > 1
                               else np.zeros(0))
         self._reset(X.shape[1], structure)
+        self.n_rows_ = X.shape[0]
         columns = np.flatnonzero(self.keep_)
         if columns.size < 3:
             self._vote_count(columns, prior)
             return
-        self.n_rows_ = X.shape[0]
         settings = Settings(self.dependence, prior, self.smoothing, self.max_iter, self.tol)
         fit = fit_label_model(np.ascontiguousarray(codes[:, columns]), self.bins_[columns], structure,
                               self.strata_edges_, self.answer_share_, labelled, settings)
