@@ -20,8 +20,8 @@ import numpy as np
 
 from ...core.groups import factorize
 
-SHARE_EDGES = (0.2, 0.4, 0.6, 0.8)
-"""Bin edges of an answer's share of its problem's candidates."""
+SHARE_EDGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""Bin edges of an answer's share of its problem's candidates (10 % bins; docs/weaver.md compares 20 %)."""
 RANKS = 3
 """An answer's rank in its problem: 0 other, 1 most frequent by fewer than ``CLEAR_LEAD`` candidates (or
 tied), 2 most frequent by at least ``CLEAR_LEAD``."""
