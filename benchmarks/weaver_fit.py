@@ -1,20 +1,21 @@
-"""Weaver fit + select time and peak memory at scale, before and after a change, in one run.
+"""Weaver and the naive ensemble at scale: fit + select CPU time and peak memory, before and after, in one run.
 
 Synthetic scores (no model needed): each candidate is correct with probability ``--prior`` (0.3); verifier j
 scores N(d_j * y, 1) with separations d_j in [0.1, 0.8] (a fifth logit-scaled, a fifth probabilities),
-10 % of scores missing; correct candidates share one final answer, wrong ones spread over five. Every
-measurement is a fresh process (``--child``) that builds the data, then times the full selector path
-(``WeaverSelector().fit(data).select(data)``) and reports its peak resident memory *including the data*
-(the kernel's peak mark is reset once the data is built, so building it does not count; Linux).
-"before" is the package at git revision ``--before`` (default ``main``), unpacked into a temporary directory
-with ``git archive``; "after" is this working tree; their runs alternate, so both see the same load.
+10 % of scores missing; with final answers, correct candidates share one answer and wrong ones spread over
+five; without, every answer is missing (the label model then treats each candidate alone).
 
-    python benchmarks/weaver_fit.py                                   # 5,000 x 100 x 30: < 2 s, < 750 MiB
-    python benchmarks/weaver_fit.py --problems 10000                  # 10^6 candidates x 30: < 10 s
-    python benchmarks/weaver_fit.py --problems 500 --before none      # after only, with the naive ensemble
+Every measurement is a fresh process pinned to one core (BLAS on one thread) that builds the data, then
+measures the full selector path (``Selector().fit(data).select(data)``): its CPU seconds
+(``time.process_time``, so other work on a shared machine does not count), its wall seconds, and its peak
+resident memory *including the data* (the kernel's peak mark is reset once the data is built; Linux).
+"before" is the package at git revision ``--before`` (default ``main``), unpacked with ``git archive``;
+"after" is this working tree; runs alternate, so both see the same load.
+
+    python benchmarks/weaver_fit.py                       # 5,000 x 100 x 30, with and without answers: < 2 s each
+    python benchmarks/weaver_fit.py --problems 10000      # 10^6 candidates x 30: < 8 s and < 2 GB
+    python benchmarks/weaver_fit.py --answers no --before none --repeats 1   # quick, after only
     python benchmarks/weaver_fit.py --candidates 64 --verifiers 10 --prior 0.02   # the low-prior case
-
-The machine is usually shared: read the before/after ratio (same run, same load) and the printed load.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGETS = {500_000: (2.0, None), 1_000_000: (8.0, 2048.0)}
+"""Rows -> (CPU seconds, peak MiB) targets of issue #34 (one core)."""
 
 
-def synthetic(problems: int, candidates: int, verifiers: int, seed: int = 0, prior: float = 0.3):
+def synthetic(problems: int, candidates: int, verifiers: int, seed: int = 0, prior: float = 0.3, answers: bool = True):
     """``(SelectionData, labels)`` built column by column (the data's own footprint, few temporaries)."""
     import pyarrow as pa
 
@@ -57,8 +60,8 @@ def synthetic(problems: int, candidates: int, verifiers: int, seed: int = 0, pri
     keys = pa.table({"problem_id": np.repeat(np.char.add("p", np.arange(problems).astype(str)), candidates),
                      "generator_id": pa.array(np.zeros(n, dtype=np.int8)).cast(pa.string()),
                      "sample_index": np.tile(np.arange(candidates, dtype=np.int32), problems)})
-    answers = np.where(labels, 0, rng.integers(1, 6, n)).astype(str)
-    return SelectionData.build(keys, scores, tuple(f"v{j}" for j in range(verifiers)), answers), labels
+    codes = np.where(labels, 0, rng.integers(1, 6, n)).astype(str) if answers else None
+    return SelectionData.build(keys, scores, tuple(f"v{j}" for j in range(verifiers)), codes), labels
 
 
 def rss_mib(field: str) -> float:
@@ -84,32 +87,45 @@ def reset_peak() -> bool:
 def child(args: argparse.Namespace) -> None:
     """One measurement in this process: build the data, fit + select, print JSON."""
     import gc
+    import warnings
 
     from monkeybarrel.core.metrics import selection_accuracy
     from monkeybarrel.selection.baselines import NaiveEnsemble
     from monkeybarrel.selection.weaver import WeaverSelector
 
-    data, labels = synthetic(args.problems, args.candidates, args.verifiers, prior=args.prior)
-    build_peak = rss_mib("VmHWM")
+    data, labels = synthetic(args.problems, args.candidates, args.verifiers, prior=args.prior,
+                             answers=args.answers == "yes")
     gc.collect()
     data_mib, reset = rss_mib("VmRSS"), reset_peak()
     make = NaiveEnsemble if args.method == "naive" else WeaverSelector
-    began = time.perf_counter()
-    selector = make()
-    chosen = selector.fit(data).select(data)
-    seconds = time.perf_counter() - began
+    cpu, wall = time.process_time(), time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        selector = make()
+        chosen = selector.fit(data).select(data)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     model = getattr(selector, "model_", None)
-    print(json.dumps({"seconds": seconds, "peak_mib": rss_mib("VmHWM") if reset else float("nan"),
-                      "data_mib": data_mib, "build_peak_mib": build_peak, "accuracy": selection_accuracy(chosen, labels),
-                      "n_iter": getattr(model, "n_iter_", None), "converged": getattr(model, "converged_", None)}))
+    print(json.dumps({"cpu": cpu, "wall": wall, "peak_mib": rss_mib("VmHWM") if reset else float("nan"),
+                      "data_mib": data_mib, "accuracy": selection_accuracy(chosen, labels),
+                      "n_iter": getattr(model, "n_iter_", None), "converged": getattr(model, "converged_", None),
+                      "warnings": sorted({type(w.message).__name__ for w in caught})}))
 
 
-def measure(path: Path, method: str, args: argparse.Namespace) -> dict:
-    command = [sys.executable, __file__, "--child", "--method", method, "--problems", str(args.problems),
-               "--candidates", str(args.candidates), "--verifiers", str(args.verifiers), "--prior", str(args.prior)]
-    env = dict(os.environ, PYTHONPATH=str(path))
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True, cwd=path)
+def measure(path: Path, method: str, answers: str, args: argparse.Namespace) -> dict:
+    command = [sys.executable, __file__, "--child", "--method", method, "--answers", answers,
+               "--problems", str(args.problems), "--candidates", str(args.candidates),
+               "--verifiers", str(args.verifiers), "--prior", str(args.prior)]
+    env = dict(os.environ, PYTHONPATH=str(path), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    core = sorted(os.sched_getaffinity(0))[-1] if hasattr(os, "sched_getaffinity") else None
+    pin = ["taskset", "-c", str(core)] if core is not None and _has("taskset") else []
+    out = subprocess.run(pin + command, env=env, capture_output=True, text=True, check=True, cwd=path)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _has(program: str) -> bool:
+    from shutil import which
+
+    return which(program) is not None
 
 
 def unpack(revision: str, directory: Path) -> Path:
@@ -128,7 +144,9 @@ def main() -> None:
     parser.add_argument("--verifiers", type=int, default=30, help="verifier score columns")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per implementation")
     parser.add_argument("--prior", type=float, default=0.3, help="share of correct candidates (0.02: the low-prior case)")
+    parser.add_argument("--answers", default="both", choices=("yes", "no", "both"), help="final answers in the data")
     parser.add_argument("--before", default="main", help="git revision to compare with ('none': after only)")
+    parser.add_argument("--naive", default="yes", choices=("yes", "no"), help="also time the naive ensemble")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--method", default="weaver", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -136,38 +154,40 @@ def main() -> None:
         child(args)
         return
     n = args.problems * args.candidates
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"{args.problems} problems x {args.candidates} candidates x {args.verifiers} verifiers ({n:,} rows); "
-          f"{cores} usable cores; {platform.processor() or platform.machine()}; load before {os.getloadavg()[0]:.1f}")
+          f"one core per measurement; {platform.processor() or platform.machine()}; load {os.getloadavg()[0]:.1f}")
+    answer_modes = ["yes", "no"] if args.answers == "both" else [args.answers]
+    methods = ["weaver", *(["naive"] if args.naive == "yes" else [])]
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {"after": (ROOT, "weaver")}
+        trees = {"after": ROOT}
         if args.before != "none":
-            runs = {f"before ({args.before})": (unpack(args.before, Path(tmp)), "weaver"), **runs}
-        else:
-            runs["naive ensemble"] = (ROOT, "naive")
-        results: dict[str, list[dict]] = {name: [] for name in runs}
+            trees = {f"before ({args.before})": unpack(args.before, Path(tmp)), **trees}
+        runs = [(method, answers, tree) for method in methods for answers in answer_modes for tree in trees]
+        results: dict[tuple, list[dict]] = {run: [] for run in runs}
         for _ in range(args.repeats):  # alternate, so every implementation sees the same load
-            for name, (path, method) in runs.items():
-                results[name].append(measure(path, method, args))
+            for method, answers, tree in runs:
+                results[(method, answers, tree)].append(measure(trees[tree], method, answers, args))
     print(f"load after {os.getloadavg()[0]:.1f}")
-    print("| implementation | fit+select best (s) | median (s) | peak RSS incl. data (MiB) | data alone (MiB) | "
-          "selection accuracy (%) | EM steps |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, rows in results.items():
-        times = [r["seconds"] for r in rows]
-        print(f"| {name} | {min(times):.3f} | {np.median(times):.3f} | {max(r['peak_mib'] for r in rows):.0f} | "
-              f"{rows[0]['data_mib']:.0f} | {100 * rows[0]['accuracy']:.1f} | {rows[0]['n_iter']} |")
-    print(f"(building the data peaked at {max(r['build_peak_mib'] for rows in results.values() for r in rows):.0f} MiB, "
-          "before the measured section)")
-    names = list(results)
-    if len(names) == 2:
-        first, second = (min(r["seconds"] for r in results[k]) for k in names)
-        print(f"time ratio {names[0]} / {names[1]}: {first / second:.2f}")
-    after = results["after"]
-    target_s = 2.0 if n <= 500_000 else 10.0
-    peak = max(r["peak_mib"] for r in after)
-    print(f"after: {min(r['seconds'] for r in after):.2f} s (target < {target_s:g} s on 2 idle cores), "
-          f"peak {peak:.0f} MiB" + (" (target < 750 MiB)" if n <= 500_000 else ""))
+    print("| selector | final answers | implementation | fit+select CPU s (best) | wall s (median) | peak RSS incl. "
+          "data (MiB) | data alone (MiB) | selection accuracy (%) | EM steps | warnings |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for (method, answers, tree), rows in results.items():
+        print(f"| {'Weaver' if method == 'weaver' else 'naive ensemble'} | {answers} | {tree} | "
+              f"{min(r['cpu'] for r in rows):.2f} | {np.median([r['wall'] for r in rows]):.2f} | "
+              f"{max(r['peak_mib'] for r in rows):.0f} | {rows[0]['data_mib']:.0f} | {100 * rows[0]['accuracy']:.1f} | "
+              f"{rows[0]['n_iter'] if rows[0]['n_iter'] is not None else '-'} | {', '.join(rows[0]['warnings']) or '-'} |")
+    target = TARGETS.get(n)
+    for method in methods:
+        for answers in answer_modes:
+            after = results[(method, answers, "after")]
+            cpu, peak = min(r["cpu"] for r in after), max(r["peak_mib"] for r in after)
+            line = f"{method}, answers {answers}: after {cpu:.2f} CPU s, peak {peak:.0f} MiB"
+            before = [k for k in results if k[:2] == (method, answers) and k[2] != "after"]
+            if before:
+                line += f"; before / after CPU time {min(r['cpu'] for r in results[before[0]]) / cpu:.1f}x"
+            if target and method == "weaver":
+                line += f" (target < {target[0]:g} s" + (f", < {target[1]:.0f} MiB)" if target[1] else ")")
+            print(line)
 
 
 if __name__ == "__main__":

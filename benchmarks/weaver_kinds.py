@@ -28,29 +28,17 @@ import numpy as np
 
 BEFORE_SCRIPT = """
 import json, sys, warnings
-import numpy as np
-import pyarrow as pa
+sys.path.insert(0, sys.argv[1])
+from weaver_families import load
 from monkeybarrel.core.metrics import selection_accuracy
-from monkeybarrel.core.selection_data import SelectionData
 from monkeybarrel.selection.weaver import WeaverSelector
 warnings.simplefilter("ignore")
 out = {}
-for path in sys.argv[1:]:
-    z = np.load(path, allow_pickle=False)
-    keys = pa.table({"problem_id": z["problem_id"], "generator_id": ["g"] * z["problem_id"].size,
-                     "sample_index": z["sample_index"]})
-    answers = [None if a == "" else a for a in z["answers"].tolist()]
-    data = SelectionData.build(keys, z["scores"], tuple(z["verifiers"].tolist()), answers)
-    out[path] = selection_accuracy(WeaverSelector().fit(data).select(data), z["labels"])
+for path in sys.argv[2:]:
+    data, labels = load(path)
+    out[path] = selection_accuracy(WeaverSelector().fit(data).select(data), labels)
 print(json.dumps(out))
 """
-
-
-def save(data, labels: np.ndarray, path: Path) -> None:
-    """The instance as plain arrays another version of the package can rebuild ``SelectionData`` from."""
-    answers = np.array(["" if a < 0 else f"a{a}" for a in data.answers])
-    np.savez(path, scores=data.scores, problem_id=data.problem_id.astype(str), sample_index=data.sample_index,
-             answers=answers, verifiers=np.array(data.verifiers), labels=labels)
 
 
 def main() -> None:
@@ -59,6 +47,7 @@ def main() -> None:
     from monkeybarrel.selection.baselines import NaiveEnsemble
     from monkeybarrel.selection.majority import MajorityVote
     from monkeybarrel.selection.weaver import WeaverSelector
+    from weaver_families import save
     from weaver_fit import unpack
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,7 +73,8 @@ def main() -> None:
                 rows[kind].append({"path": str(path), **accuracy})
         if args.before != "none":
             package = unpack(args.before, Path(tmp) / "before")
-            out = subprocess.run([sys.executable, "-c", BEFORE_SCRIPT, *files], capture_output=True, text=True,
+            here = str(Path(__file__).resolve().parent)
+            out = subprocess.run([sys.executable, "-c", BEFORE_SCRIPT, here, *files], capture_output=True, text=True,
                                  check=True, cwd=package, env=dict(os.environ, PYTHONPATH=str(package)))
             before = json.loads(out.stdout.strip().splitlines()[-1])
             for kind_rows in rows.values():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from monkeybarrel.core.config import EvaluateSpec, ExperimentConfig, SelectorSpec, TaskSpec, VerifierSpec
 from monkeybarrel.core.metrics import majority_curve, selection_accuracy
@@ -124,3 +125,64 @@ def test_k_equal_n_is_the_reported_accuracy_exactly_and_every_point_has_an_inter
         for k, (low, high) in intervals[spec.name].items():
             assert low <= curves[spec.name][k] <= high
     assert curves["pick at random"]["1"] == curves["pick at random"]["8"]  # the expectation at every k
+
+
+def split_answer_data(problems: int = 24, candidates: int = 6, seed: int = 5) -> tuple[SelectionData, np.ndarray]:
+    """Tie-heavy problems (two or three answers over six samples) whose answers are *split*: candidates with
+    the same final answer carry different labels (a right answer cut off mid-derivation, or graded on its
+    reasoning), so which candidate of the winning answer is picked decides the point."""
+    rng = np.random.default_rng(seed)
+    ids, answers, labels = [], [], []
+    for p in range(problems):
+        pool = ["a", "b"] if p % 3 else ["a", "b", "c"]
+        for i in range(candidates):
+            ids.append(f"p{p:02d}")
+            answers.append(pool[int(rng.integers(0, len(pool)))])
+            labels.append(answers[-1] == "a" and rng.random() < 0.5)  # half of the "a" candidates are right
+    keys = pa.table({"problem_id": ids, "generator_id": ["g"] * len(ids),
+                     "sample_index": np.tile(np.arange(candidates), problems)})
+    return SelectionData.build(keys, answers=answers), np.array(labels)
+
+
+def exact_majority_at_k(data: SelectionData, labels: np.ndarray, k: int, any_right: bool = False) -> float:
+    """Mean over problems of the majority selector's accuracy over every k-subset of the problem's candidates
+    (``any_right``: the old curve's rule, an answer counted right when any of its candidates is)."""
+    from itertools import combinations
+
+    from monkeybarrel.selection.majority import MajorityVote
+
+    per_problem = []
+    for g in range(data.n_problems):
+        rows = np.flatnonzero(data.groups == g)
+        hits = []
+        for subset in combinations(rows, k):
+            subset = np.array(subset)
+            chosen = subset[MajorityVote().select(data.subset(subset))[0]]
+            same = subset[data.answers[subset] == data.answers[chosen]]
+            hits.append(labels[same].any() if any_right else labels[chosen])
+        per_problem.append(np.mean(hits))
+    return float(np.mean(per_problem))
+
+
+def test_one_rule_for_the_majority_curve_and_the_selector_on_split_answers_and_ties():
+    """Issue #34: with split answers the curve counted an answer right when any of its candidates was (.401
+    against the selector's .300 at k = 2 in the report). Now the curve (the spine's Monte Carlo estimate, and
+    the refitted selector) equals exact enumeration of the selector over every k-subset."""
+    from monkeybarrel.core.metrics import majority_at_k
+
+    data, y = split_answer_data()
+    cfg = ExperimentConfig(task=TaskSpec(name="arithmetic", num_problems=4), selectors=SELECTORS[:1],
+                           evaluate=EvaluateSpec(selector_trials=60))
+    refitted = accuracy_vs_k(cfg, data, y, [2, 3, 4], seed=1)["majority"]
+    for k in (2, 3, 4):
+        exact = exact_majority_at_k(data, y, k)
+        old_rule = exact_majority_at_k(data, y, k, any_right=True)
+        assert old_rule > exact + 0.05, (k, old_rule, exact)  # the data separates the two rules
+        spine = majority_at_k(data.answers, y, data.groups, data.tiebreak, data.n_problems, k, trials=4000, seed=k)
+        assert spine == pytest.approx(exact, abs=0.012), (k, spine, exact)
+        assert refitted[str(k)] == pytest.approx(exact, abs=0.04), (k, refitted[str(k)], exact)
+    # k = n is exact and equals the selector on all samples
+    from monkeybarrel.selection.majority import MajorityVote
+
+    at_n = majority_at_k(data.answers, y, data.groups, data.tiebreak, data.n_problems, 6)
+    assert at_n == selection_accuracy(MajorityVote().select(data), y)

@@ -97,14 +97,14 @@ def test_degenerate_verifiers_are_dropped_with_plain_reasons_and_copies_share_a_
     extra = np.column_stack([np.ones(len(y)), np.full(len(y), np.nan), X[:, 0], np.random.default_rng(99).random(len(y))])
     model = WeaverModel().fit(np.column_stack([X, extra]))
     m = X.shape[1]
-    assert model.dropped_ == {m: "constant: every vote positive", m + 1: "no scores: missing on every candidate"}
+    assert model.dropped_ == {m: "constant: every score is 1", m + 1: "no scores: missing on every candidate"}
     assert np.isnan(model.tpr_[m:m + 2]).all() and np.all(model.weights_[:, m:m + 2] == 0)
     # an exact copy of column 0 is kept, and the two share one vote; the random column is near random
     assert model.dependence_[m + 2][0] == 0 and model.dependence_[0][0] == m + 2
     assert np.allclose(model.dependence_weights_[[0, m + 2]], 0.5, atol=0.02)
     assert model.near_random_[m + 3] and not model.near_random_[:m].any()
     notes = describe_fit(model, [f"v{j}" for j in range(m + 4)])
-    assert f"dropped v{m}: constant: every vote positive" in notes
+    assert f"dropped v{m}: constant: every score is 1" in notes
     assert any(note.startswith(f"down-weighted v{m + 2} to 0.5") and "votes like v0" in note for note in notes)
     assert any(note.startswith(f"v{m + 3} is near random") for note in notes)
 
@@ -166,7 +166,9 @@ def test_more_bins_use_more_of_continuous_scores():
     keys = pa.table({"problem_id": np.repeat(np.arange(problems).astype(str), candidates), "generator_id": ["g"] * n,
                      "sample_index": np.tile(np.arange(candidates), problems)})
     data = SelectionData.build(keys, X, tuple(f"v{j}" for j in range(8)))
-    two = selection_accuracy(WeaverSelector(majority_verifier=False).fit(data).select(data), y)
+    two = selection_accuracy(WeaverSelector(majority_verifier=False, model=WeaverModel(n_bins=2)).fit(data).select(data), y)
+    auto = WeaverSelector(majority_verifier=False).fit(data)  # the default: 8 equal-count bins per verifier here
+    assert np.all(auto.model_.bins_ == 8) and selection_accuracy(auto.select(data), y) >= two
     six = WeaverSelector(majority_verifier=False, model=WeaverModel(n_bins=6)).fit(data)
     assert six.model_.theta_.shape == (2, 6, 8) and np.allclose(six.model_.theta_.sum(axis=1), 1)
     assert selection_accuracy(six.select(data), y) >= two
@@ -216,13 +218,13 @@ def test_ties_go_to_the_higher_mean_score_then_the_index():
     keys = pa.concat_tables([keys, pa.table({"problem_id": [f"x{i}" for i in range(194)], "generator_id": ["g"] * 194,
                                              "sample_index": [0] * 194})])
     data = SelectionData.build(keys, scores, ("a", "b", "c", "d"))
-    selector = WeaverSelector(majority_verifier=False).fit(data)
+    selector = WeaverSelector(majority_verifier=False, model=WeaverModel(n_bins=2)).fit(data)  # binary votes
     scores_p = selector.decision_function(data)[:6]
     assert scores_p[0] == scores_p[1] == scores_p[2]  # all above every cutoff: the same votes
     chosen = selector.select(data)
     assert chosen[0] == 0  # candidate 0 has the highest raw scores
     assert chosen[1] == 4  # q: 4 and 5 are identical, the smaller sample index wins
-    index_rule = WeaverSelector(majority_verifier=False, tie_break="index").fit(data).select(data)
+    index_rule = WeaverSelector(majority_verifier=False, tie_break="index", model=WeaverModel(n_bins=2)).fit(data).select(data)
     assert index_rule[0] == 0 and index_rule[1] == 4
 
 
@@ -264,3 +266,16 @@ def test_weaver_on_a_plain_matrix_and_problem_ids():
     assert data.sample_index[:3].tolist() == [0, 1, 2] and set(data.generator_id) == {""}
     with pytest.raises(ValueError, match="one entry per row"):
         SelectionData.from_arrays(scores, problem_ids[:5])
+
+
+def test_nested_parameters_and_clone_keep_the_estimator_contract():
+    selector = WeaverSelector().set_params(model__n_bins=4, model__n_strata=2, dev_fraction=0.0)
+    assert selector.get_params()["model__n_bins"] == 4 and selector.model.n_strata == 2
+    copy = clone(selector)
+    assert copy.get_params()["model__n_bins"] == 4 and copy.model is not selector.model
+    assert WeaverModel().get_params()["n_bins"] == "auto" and WeaverModel().get_params()["threshold"] is None
+    data, y = latent_class_data(problems=60)
+    fitted = copy.fit(data)
+    assert fitted.model_.bins_.max() <= 4 and not hasattr(selector, "model_")
+    with pytest.raises(ValueError, match="binary votes"):
+        WeaverModel(n_bins=4, threshold=0.5).fit(data.scores)

@@ -206,7 +206,7 @@ def test_every_unfitted_estimator_and_embedder_raises_not_fitted_error():
     from sklearn.exceptions import NotFittedError
 
     from monkeybarrel.selection.embedders import EMBEDDERS
-    from monkeybarrel.selection.score_bins import ScoreNormalizer
+    from monkeybarrel.selection.weaver_model.discretise import ScoreNormalizer
     from monkeybarrel.selection.smoothie import Smoothie
     from monkeybarrel.selection.weaver import WeaverModel
 

@@ -12,7 +12,7 @@ import pytest
 
 from monkeybarrel.core.records import Candidate, Problem
 from monkeybarrel.core.selection_data import SelectionData
-from monkeybarrel.experiments.distill import distill, evaluation, main, render
+from monkeybarrel.experiments.distill import distill, evaluation, main, render, settings_grid, split_problems
 from monkeybarrel.experiments.weaver_data import load_weaver_dataset
 from monkeybarrel.verifiers.base import VERIFIERS
 from monkeybarrel.verifiers.distilled import TrainingSettings
@@ -48,14 +48,23 @@ def run_dir(tmp_path_factory) -> Path:
     return root / "run"
 
 
-@pytest.mark.slow  # trains a 22M-parameter encoder: ~1 min on 2 idle cores
+@pytest.mark.slow  # trains a 22M-parameter encoder twice: ~2 min on 2 idle cores
 def test_distilling_weaver_into_minilm_learns_its_ranking(run_dir: Path, tmp_path: Path):
-    settings = TrainingSettings(epochs=4, batch_size=8, learning_rate=1e-4, max_length=64, num_threads=2)
-    report = distill(run_dir, tmp_path / "model", "all-MiniLM-L6-v2", train_fraction=0.6, settings=settings)
+    base = TrainingSettings(batch_size=8, learning_rate=1e-4, max_length=64, num_threads=2)
+    grid = settings_grid(base, epochs=[1, 4], learning_rates=[1e-4], batch_sizes=[8])
+    report = distill(run_dir, tmp_path / "model", "all-MiniLM-L6-v2", train_fraction=0.5, settings=grid,
+                     validation_fraction=0.125)
     model = report["model"]
     assert model["backbone"] == "all-MiniLM-L6-v2" and 20e6 < model["parameters"] < 25e6
     assert model["loss_last_epoch"] < model["loss_first_epoch"]
     assert report["heldout_problems"] == 6 and report["heldout_candidates"] == 6 * K
+    # the setting was chosen on the 2 validation problems, by the label-free loss against Weaver's posterior
+    validation = report["validation"]
+    assert validation["problems"] == 2 and len(validation["settings"]) == 2
+    losses = [t["loss"] for t in validation["settings"]]
+    assert validation["chosen"] == int(np.argmin(losses)) and model["settings"] == grid[validation["chosen"]].__dict__
+    assert not any((tmp_path / "model" / f"setting-{i}").exists() for i in range(2))  # only the kept model stays
+    assert set(report["unanswered_picks"]) == {"distilled", "weaver", "majority", "first sample"}
     # the held-out candidates were never trained on, yet the model ranks them as Weaver does
     assert report["rank_correlation_with_weaver"] > 0.5
     assert report["accuracy"]["distilled"] >= report["accuracy"]["first sample"]
@@ -105,4 +114,25 @@ def test_the_held_out_evaluation_and_its_verdict():
                   model={"backbone": "b", "parameters": 22e6, "pairs": 10, "train_problems": 5, "train_seconds": 3.0,
                          "settings": {"device": "cpu"}})
     text = render(report)
-    assert "**Below majority vote**" in text and "points (95 % CI" in text and "2.00 % of it" in text
+    assert "**Below majority vote**" in text and "points (95 % CI" in text and "costs 0.02x the ensemble" in text
+    assert "| distilled | " in text and "picks without a final answer" in text and "| 0.0100 |" in text
+
+
+def test_the_split_is_fixed_by_problem_ids_before_anything_is_read():
+    """Train, validation and held-out problems are disjoint whole problems, drawn from the ids alone: changing
+    every score, answer and label leaves the split as it is."""
+    rng = np.random.default_rng(0)
+    problems, k = 50, 4
+    keys = pa.table({"problem_id": np.repeat([f"p{i}" for i in range(problems)], k), "generator_id": ["g"] * problems * k,
+                     "sample_index": np.tile(np.arange(k), problems)})
+    data = SelectionData.build(keys, rng.normal(size=(problems * k, 2)), ("a", "b"), list(rng.integers(0, 3, problems * k).astype(str)))
+    train, validation, held = split_problems(data, 0.6, 0.2, seed=3)
+    assert not (train & validation).any() and not (train & held).any() and not (validation & held).any()
+    assert (train | validation | held).all()
+    for mask, share in ((train, 0.6), (validation, 0.2), (held, 0.2)):
+        ids = set(data.problem_id[mask])
+        assert len(ids) == round(share * problems) and not ids & set(data.problem_id[~mask])  # whole problems
+    other = SelectionData.build(keys, rng.normal(size=(problems * k, 2)), ("a", "b"))
+    assert all(np.array_equal(a, b) for a, b in zip(split_problems(other, 0.6, 0.2, seed=3), (train, validation, held)))
+    with pytest.raises(ValueError, match="no held-out problem"):
+        split_problems(data, 0.8, 0.2, seed=0)

@@ -61,14 +61,15 @@ def majority_curve(answers: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
                    block_elements: int = 4_000_000) -> dict[int, float]:
     """Majority-vote accuracy against k, averaged over the problems with at least k samples.
 
-    At ``k == n`` (all of a problem's samples) the value is exact and equals what the majority
-    selector picks: the most frequent answer, ties to the candidate with the smallest ``tiebreak``.
-    At ``k < n`` it is a Monte Carlo estimate over ``trials`` random orderings of each problem's
-    samples: the first k of an ordering form a uniformly random k-subset, and the majority selector's
-    rule is applied to it: its most frequent answer wins, ties go to the answer of the drawn candidate
-    with the smallest ``tiebreak`` (so the curve is the selector's accuracy on random k-subsets).
-    Candidates with no answer (code -1) abstain; a subset with no answer counts as wrong. Problems are
-    processed in vectorised blocks of equal sample count.
+    One rule for the curve and the majority selector, at every k: the selector picks a *candidate*
+    carrying the most frequent answer (ties between answers and within the answer to the candidate with
+    the smallest ``tiebreak``), and a point is that candidate's label. So a tie between answers and an
+    answer whose candidates carry different labels (a split answer) count exactly as the selector counts
+    them. At ``k == n`` (all of a problem's samples) the value is exact. At ``k < n`` it is a Monte Carlo
+    estimate over ``trials`` random orderings of each problem's samples: the first k of an ordering form
+    a uniformly random k-subset, and the rule is applied to it (so the curve is the selector's accuracy on
+    random k-subsets). Candidates with no answer (code -1) abstain; a subset with no answer counts as
+    wrong. Problems are processed in vectorised blocks of equal sample count.
 
     Args:
         answers: ``[N]`` int answer codes (-1 = none); equal codes = equivalent answers.
@@ -141,32 +142,28 @@ def _majority_monte_carlo(answers: np.ndarray, labels: np.ndarray, ks: list[int]
     np.put_along_axis(codes, order, np.cumsum(first, axis=1) - 1, axis=1)
     codes -= (ranked[:, :1] == -1)  # no answer is not an answer: the codes of real answers start at 0
     local = np.where(answers == -1, n, codes)
-    correct_code = np.zeros((n_problems, n + 1), dtype=bool)
-    voted = (answers != -1) & labels.astype(bool)
-    correct_code[np.nonzero(voted)[0], local[voted]] = True
     width = int(local[local < n].max(initial=-1)) + 1
-    abstain = width
-    local = np.where(local == n, abstain, local)
-    correct_code = np.concatenate([correct_code[:, :width], np.zeros((n_problems, 1), bool)], axis=1)
+    local = np.where(local == n, width, local)  # width = abstain
+    labels = labels.astype(bool)
     k_max = max(ks)
     result: dict[int, np.ndarray] = {k: np.zeros(n_problems) for k in ks}
     # Sub-blocks keep the [p, T, k_max, width] vote counts and ranks within budget (width varies with the answers).
     step = max(1, 8_000_000 // (trials * k_max * (width + 1)))
     for first in range(0, n_problems, step):
         part = slice(first, first + step)
-        for k, share in _majority_subsets(local[part], correct_code[part], width, ks, k_max, trials, rng).items():
+        for k, share in _majority_subsets(local[part], labels[part], width, ks, k_max, trials, rng).items():
             result[k][part] = share
     return result
 
 
-def _majority_subsets(local: np.ndarray, correct_code: np.ndarray, width: int, ks: list[int], k_max: int,
+def _majority_subsets(local: np.ndarray, labels: np.ndarray, width: int, ks: list[int], k_max: int,
                       trials: int, rng: np.random.Generator) -> dict[int, np.ndarray]:
-    """Share of ``trials`` random orderings whose first-k majority is correct, for each k (vectorised).
+    """Share of ``trials`` random orderings whose first-k majority pick is correct, for each k (vectorised).
 
-    ``local``: ``[p, n]`` codes 0..width-1 (``width`` = abstain), columns in tie-break order;
-    ``correct_code``: ``[p, width + 1]``. Votes of every prefix come from one cumulative sum over the
-    ordering; a tie goes to the answer whose drawn candidate has the smallest column (tie-break rank),
-    from a cumulative minimum over the same prefix.
+    ``local``: ``[p, n]`` codes 0..width-1 (``width`` = abstain), columns in tie-break order; ``labels``:
+    ``[p, n]`` bool, the candidates' own labels. Votes of every prefix come from one cumulative sum over
+    the ordering; the pick is the drawn candidate with the smallest column among those of the winning
+    answer (a cumulative minimum over the same prefix), which also breaks ties between answers.
     """
     p, n = local.shape
     if width == 0:  # nobody answered: every subset is wrong
@@ -178,14 +175,16 @@ def _majority_subsets(local: np.ndarray, correct_code: np.ndarray, width: int, k
     counts = np.cumsum(hits, axis=2, dtype=np.int16)
     rank_type = np.int16 if n < np.iinfo(np.int16).max else np.int32
     first_rank = np.minimum.accumulate(np.where(hits, ordering[:, :, :k_max, None].astype(rank_type), n), axis=2)
+    padded = np.concatenate([labels, np.zeros((p, 1), dtype=bool)], axis=1)  # column n: no pick
     result = {}
     for k in ks:
         votes = counts[:, :, k - 1, :].astype(np.int32)
-        score = np.where(votes > 0, votes * (n + 1) - first_rank[:, :, k - 1, :], -1)
+        ranks = first_rank[:, :, k - 1, :].astype(np.int64)
+        score = np.where(votes > 0, votes * (n + 1) - ranks, -1)
         winner = score.argmax(axis=2)
         won = np.take_along_axis(score, winner[..., None], axis=2)[..., 0] >= 0
-        right = np.take_along_axis(correct_code, winner, axis=1)  # [p, T]
-        result[k] = (right & won).mean(axis=1)
+        pick = np.where(won, np.take_along_axis(ranks, winner[..., None], axis=2)[..., 0], n)  # [p, T] column
+        result[k] = np.take_along_axis(padded, pick, axis=1).mean(axis=1)
     return result
 
 

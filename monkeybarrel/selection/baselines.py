@@ -147,14 +147,15 @@ class NaiveEnsemble(Selector):
         return self
 
     def decision_function(self, data: SelectionData) -> np.ndarray:
-        return per_distinct_row(self._mean, self.normalizer_.transform(data.scores[:, self.columns_]))
-
-    @staticmethod
-    def _mean(Z: np.ndarray) -> np.ndarray:
-        observed = ~np.isnan(Z)
-        count = observed.sum(axis=1)
-        total = np.where(observed, Z, 0.0).sum(axis=1)
-        return np.divide(total, count, out=np.full(Z.shape[0], np.nan), where=count > 0)
+        """``[n]`` mean normalised score of the candidate's verifiers (NaN when none scored it), summed column
+        by column in a fixed order, so candidates with equal scores get bitwise-equal means (exact ties)."""
+        total, count = np.zeros(data.n_candidates), np.zeros(data.n_candidates)
+        for k, j in enumerate(self.columns_):
+            column = data.scores[:, j]
+            seen = np.flatnonzero(~np.isnan(column))
+            total[seen] += self.normalizer_.transform_column(column[seen], k)
+            count[seen] += 1.0
+        return np.divide(total, count, out=np.full(data.n_candidates, np.nan), where=count > 0)
 
 
 @SELECTORS.register("supervised")

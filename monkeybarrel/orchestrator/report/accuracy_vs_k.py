@@ -4,9 +4,11 @@ The paper's main figure (Weaver, Fig. 1): selection accuracy as the number of sa
 grows. At ``k < n`` each configured selector is refitted on ``trials`` random k-subsets of every
 problem's candidates (the same subsets for every selector, so the curves are paired) and its
 accuracy averaged; at ``k = n`` the selector is fitted on all samples exactly as the select stage
-fits it, so the value equals its reported accuracy. Every curve is its selector's own rule, ties
-included (the majority@k it may reuse breaks ties like the majority selector); ``random`` is its
-expectation (the share of correct samples), as reported. As for majority@k, accuracy at k averages
+fits it, so the value equals its reported accuracy. Every curve is its selector's own rule: a point is
+the label of the candidate the selector picks, so a tie between answers and an answer whose candidates
+carry different labels count as the selector counts them (the majority@k it may reuse,
+``core.metrics.majority_curve``, applies the majority selector's rule to each subset: tested against exact
+enumeration); ``random`` is its expectation (the share of correct samples), as reported. As for majority@k, accuracy at k averages
 over the problems with at least k samples, and each point has a 95 % bootstrap interval over those
 problems (``accuracy_vs_k_ci95`` in metrics.json).
 

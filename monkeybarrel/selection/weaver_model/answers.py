@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SHARE_EDGES = (0.2, 0.4, 0.6, 0.8)
-"""Bin edges of an answer's share of its problem's candidates."""
+from ...core.groups import factorize
+
+SHARE_EDGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""Bin edges of an answer's share of its problem's candidates (10 % bins; docs/weaver.md compares 20 %)."""
 RANKS = 3
 """An answer's rank in its problem: 0 other, 1 most frequent by fewer than ``CLEAR_LEAD`` candidates (or
 tied), 2 most frequent by at least ``CLEAR_LEAD``."""
@@ -89,8 +91,6 @@ class AnswerStructure:
 def answer_structure(groups: np.ndarray, answers: np.ndarray) -> AnswerStructure:
     """Items, cells and agreement from ``groups [n]`` (problem of each candidate, any hashable codes)
     and ``answers [n]`` (int answer code, equal codes = equivalent answers, -1 = none)."""
-    from ..core.groups import factorize
-
     groups = np.asarray(groups)
     answers = np.asarray(answers, dtype=np.int64)
     n = answers.size
