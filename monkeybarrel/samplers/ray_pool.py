@@ -6,7 +6,7 @@ problem's candidates reach the runner, and so the store, as soon as a worker yie
 
 Work is handed out by tokens, not by a count of problems: a problem costs its prompt (estimated at 4
 characters a token) plus ``n x max_tokens``; each worker holds up to ``tokens_in_flight`` of them
-(default: twice what its engine decodes at once, e.g. 2 x 1024 sequences for vLLM on a GPU), never
+(default: twice what its engine decodes at once, e.g. 2 x 2,048 sequences for vLLM with our attention), never
 more than its fair share of what is left, so one worker is filled and two workers split the job.
 A worker whose inner sampler batches continuously (``vllm``: :meth:`VLLMSampler.serve`) runs one
 engine loop fed by all of its tasks, so its batch never drains between tasks; other backends sample
@@ -44,8 +44,8 @@ from ..core.config import GeneratorSpec
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
 
-ENGINE_ROWS = {"vllm": 1024, "embedded": 64, "openai": 64}
-"""Sequences an inner backend decodes at once by default (vLLM's ``max_num_seqs`` on a 80 GB GPU, the
+ENGINE_ROWS = {"vllm": 2048, "embedded": 64, "openai": 64}
+"""Sequences an inner backend decodes at once by default (vLLM's ``max_num_seqs`` with our attention, the
 embedded sampler's ``max_batch``, the OpenAI client's ``max_concurrency``)."""
 ROW_OPTION = {"vllm": ("engine_kwargs", "max_num_seqs"), "embedded": (None, "max_batch"),
               "openai": (None, "max_concurrency")}
