@@ -314,7 +314,7 @@ MALFORMED = {
     "selector option out of range": (lambda t: validate(t, weaver(train_fraction=3)),
                                      ["selectors[0].options.train_fraction: train_fraction must be in (0, 1], got 3"]),
     "nested selector option out of range": (lambda t: validate(t, weaver(model__threshold=2)),
-                                            ["selectors[0].options.model__threshold: threshold must be in (0, 1]"]),
+                                            ["selectors[0].options.model__threshold: threshold must be None, in (0, 1] or 'search', got 2"]),
     "unknown selector option": (lambda t: validate(t, weaver(trainfraction=1)),
                                 ["selectors[0].options: unknown option(s) ['trainfraction'] for selector 'weaver'"]),
     "selector option of the wrong type": (lambda t: validate(t, weaver(verifiers="len")),

@@ -133,13 +133,16 @@ class WeaverModel(ClassifierMixin, BaseEstimator):
         return tags
 
     def _check_params(self) -> None:
-        t = self.threshold
-        if not (t is None or t == "search" or (isinstance(t, (int, float)) and 0 < t <= 1)):
-            raise ValueError(f"threshold must be None, in (0, 1] or 'search', got {t!r}")
+        # each check names ``self.<param>`` itself: `validate` runs these statements from the source and reports
+        # the parameters a refusing statement reads (core.plugin_source)
+        if not (self.threshold is None or self.threshold == "search"
+                or (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1)):
+            raise ValueError(f"threshold must be None, in (0, 1] or 'search', got {self.threshold!r}")
         if not (self.n_bins == "auto" or (isinstance(self.n_bins, (int, np.integer)) and self.n_bins >= 2)):
             raise ValueError(f"n_bins must be 'auto' or an integer >= 2, got {self.n_bins!r}")
-        if t is not None and self.n_bins not in ("auto", 2):
-            raise ValueError(f"threshold {t!r} means binary votes: it needs n_bins='auto' or 2, got {self.n_bins!r}")
+        if self.threshold is not None and self.n_bins not in ("auto", 2):
+            raise ValueError(f"threshold {self.threshold!r} means binary votes: it needs n_bins='auto' or 2, "
+                             f"got {self.n_bins!r}")
         low, high = self.rate_bounds
         if not 0 <= low < high <= 1:
             raise ValueError(f"rate_bounds must satisfy 0 <= low < high <= 1, got {self.rate_bounds!r}")
