@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
-CLI = "import sys\nfrom monkeybarrel.orchestrator.cli.main import main\nsys.exit(main())"
-"""What the ``monkeybarrel`` console script runs."""
+TREE_ONLY = "import sys\nsys.path[:] = [p for p in sys.path if p]\n"
+"""Drops ``python -c``'s current directory from the path: run from a checkout, it comes before ``PYTHONPATH``
+(both columns would time the checkout the script runs in)."""
+CLI = TREE_ONLY + "from monkeybarrel.orchestrator.cli.main import main\nsys.exit(main())"
+"""What the ``monkeybarrel`` console script runs, with the code of the tree on ``PYTHONPATH``."""
 
 
 def git(*args: str) -> str:

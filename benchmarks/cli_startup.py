@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from baseline import REPO, checkout, default_before, git, machine_line, run_cli
+from baseline import REPO, TREE_ONLY, checkout, default_before, git, machine_line, run_cli
 
 DEMO = "monkeybarrel/experiments/configs/demo.yaml"
 
@@ -38,7 +38,7 @@ def commands(scratch: Path) -> dict[str, list[str]]:
 
 
 def heavy_imports(tree: Path) -> str:
-    code = ("import sys, monkeybarrel, monkeybarrel.orchestrator.cli.main\n"
+    code = (TREE_ONLY + "import monkeybarrel, monkeybarrel.orchestrator.cli.main\n"
             "print(', '.join(m for m in ('sklearn', 'torch', 'transformers', 'matplotlib', 'scipy', 'pandas', "
             "'numpy', 'pyarrow', 'pydantic') if m in sys.modules) or 'nothing heavy')")
     return subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(tree)}, capture_output=True,

@@ -37,6 +37,22 @@ def test_list_names_every_recipe(capsys):
         assert name[:12] in printed
 
 
+def test_listing_names_the_data_each_recipe_loads():
+    """The catalog (read by `reproduce list` without importing the recipes) names the hub ids the runners load."""
+    from monkeybarrel.experiments.reproduce import datasets, smoothie
+    from monkeybarrel.experiments.weaver_data import HUB_DATASETS
+
+    recipes = all_recipes()
+    for name, recipe in recipes.items():
+        if name.startswith("weaver-"):
+            assert f"hub {HUB_DATASETS[name.removeprefix('weaver-')]} " in recipe.dataset, name
+    assert f"hub {datasets.SWE_HUB['verified']} " in recipes["swebench-verified"].dataset
+    assert f"hub {datasets.MATH500_HUB} " in recipes["math500"].dataset
+    assert f"hub {smoothie.HUB_REPO}:" in recipes["smoothie-alpaca"].dataset
+    assert {r.runner.partition(":")[0] for r in recipes.values()} == {"llmonk", "weaver", "smoothie", "codemonkeys",
+                                                                    "datasets"}
+
+
 def test_unknown_recipe_and_missing_data_exit_2(capsys, tmp_path):
     assert main(["reproduce", "no-such-paper"]) == 2
     assert "unknown recipe 'no-such-paper'" in capsys.readouterr().err

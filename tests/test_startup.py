@@ -51,6 +51,16 @@ def test_quick_commands_load_nothing_heavy(argv):
     assert not heavy, f"{argv} loaded {heavy}"
 
 
+def test_reproduce_list_reads_the_catalog_only():
+    """`reproduce list` prints from the recipe catalog: no recipe module, numpy, pyarrow or pydantic."""
+    loaded = loaded_after("from monkeybarrel.orchestrator.cli.main import main\nmain(['reproduce', 'list'])",
+                          top=False)
+    assert not {m.split(".")[0] for m in loaded} & {"numpy", "pyarrow", "pydantic"}
+    assert not {m for m in loaded if m.startswith("monkeybarrel.experiments.reproduce.")} - {
+        "monkeybarrel.experiments.reproduce.base", "monkeybarrel.experiments.reproduce.catalog",
+        "monkeybarrel.experiments.reproduce.command"}
+
+
 def test_registries_import_only_the_module_asked_for():
     code = ("from monkeybarrel.verifiers.base import VERIFIERS\nfrom monkeybarrel.tasks.base import TASKS\n"
             "from monkeybarrel.core.registry import UnknownNameError\n"

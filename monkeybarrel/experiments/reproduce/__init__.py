@@ -1,25 +1,18 @@
 """Paper reproductions: ``monkeybarrel reproduce list`` and ``monkeybarrel reproduce NAME [--data PATH]``.
 
-Each module lists its ``RECIPES`` (see ``base.Recipe``); ``RECIPE_MODULES`` is the registry.
+``catalog.RECIPES`` is the registry (names and descriptions, nothing heavy imported); each recipe's
+module (``llmonk``, ``weaver``, ...) is imported when it runs.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-
-from .base import Comparison, Published, Recipe, RecipeDataError, Row
-
-RECIPE_MODULES = ("llmonk", "weaver", "smoothie", "codemonkeys", "datasets")
-"""Modules of this package that define ``RECIPES``."""
+from .base import Comparison, Published, RecipeDataError, Row
+from .catalog import RECIPES, Recipe
 
 
 def all_recipes() -> dict[str, Recipe]:
     """Every recipe by name, in the registry's order."""
-    recipes: dict[str, Recipe] = {}
-    for module in RECIPE_MODULES:
-        for recipe in import_module(f"{__name__}.{module}").RECIPES:
-            recipes[recipe.name] = recipe
-    return recipes
+    return {recipe.name: recipe for recipe in RECIPES}
 
 
 __all__ = ["Comparison", "Published", "Recipe", "RecipeDataError", "Row", "all_recipes"]

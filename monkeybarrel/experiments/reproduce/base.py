@@ -1,8 +1,8 @@
 """What a recipe is, and how its side-by-side table is printed and written.
 
-A recipe = released data (hub id, or ``--data`` for a local copy in the released schema) + a loader
-+ our pipeline + the published numbers. ``Recipe.run(data, out)`` returns ``Comparison`` rows; the
-CLI prints them and ``write_outputs`` writes ``report.md`` and ``comparison.json`` under ``out``.
+A recipe (``catalog.Recipe``) = released data (hub id, or ``--data`` for a local copy in the released
+schema) + a loader + our pipeline + the published numbers. ``Recipe.run(data, out)`` returns ``Comparison``
+rows; the CLI prints them and ``write_outputs`` writes ``report.md`` and ``comparison.json`` under ``out``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console
 
@@ -69,27 +68,6 @@ class Comparison:
     extra_markdown: str = ""
     wide: bool = False
     """Print one line per group with a column per metric (``ours (paper, delta)``) instead of one line per number."""
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A reproducible paper table.
-
-    Attributes:
-        name: CLI name (``llmonk-pythia-math``).
-        title: one line: paper and what is reproduced.
-        paper: citation (authors, arXiv id).
-        dataset: what the released data is and where it lives (hub id / repo path).
-        run: ``run(data, out) -> Comparison``; ``data`` is a local copy or ``None`` for the hub.
-        data_help: what ``--data`` accepts.
-    """
-
-    name: str
-    title: str
-    paper: str
-    dataset: str
-    run: Callable[[str | None, Path], Comparison]
-    data_help: str
 
 
 def _fmt(value: float | None, digits: int) -> str:

@@ -25,15 +25,14 @@ from ...core.records import Problem
 from ...kits.swebench.diffs import MalformedPatch, normalize_patch
 from ...kits.swebench.predictions import read_predictions
 from ...core.hub import DataUnavailableError
-from .base import Comparison, Published, Recipe, RecipeDataError, Row
+from .base import Comparison, Published, RecipeDataError, Row
+from .catalog import CODEMONKEYS_REPOSITORY as REPOSITORY
 
-PAPER = "Ehrlich et al., CodeMonkeys, arXiv 2501.14723"
 BARREL = Published(66.2, "arXiv 2501.14723 (Barrel of Monkeys; README and blog)",
                    "selection state machine over the pool: needs an LLM and containers, not run here")
 PINNED = ("blackbox", "codestory", "interact", "devlo", "gru", "emergent", "amazon-q", "openhands")
 """Name fragments of the members: the four in CodeMonkeys' README command and the four more it supports."""
 SELECTORS = (SelectorSpec(name="majority of identical patches", type="majority"),)
-REPOSITORY = "https://github.com/SWE-bench/experiments (evaluation/verified)"
 
 
 def find_runs(root: Path, pinned: tuple[str, ...] = PINNED) -> dict[str, Path]:
@@ -155,9 +154,3 @@ def run(data: str | None, out: Path) -> Comparison:
     result.timings = {"load": loaded - began, "select+evaluate": done - loaded}
     return result
 
-
-RECIPES = [
-    Recipe(name="codemonkeys-barrel", title="CodeMonkeys: Barrel of Monkeys over 8 SWE-bench Verified submissions",
-           paper=PAPER, dataset=f"git {REPOSITORY}: <run>/all_preds.jsonl + <run>/results/results.json", run=run,
-           data_help="a checkout of SWE-bench/experiments, or its evaluation/verified folder"),
-]

@@ -21,7 +21,7 @@ from ...tasks.math_dataset import HUB_DATASET as MATH500_HUB
 from ...tasks.math_dataset import MathTask
 from ...kits.swebench.schema import full_instance
 from ...core.hub import load_hub_dataset
-from .base import Comparison, Published, Recipe, Row
+from .base import Comparison, Published, Row
 
 VERIFIED = Published(500, "OpenAI, Introducing SWE-bench Verified (Aug 2024); CodeMonkeys (arXiv 2501.14723) reports on the same 500")
 MATH500 = Published(500, "Lightman et al., Let's Verify Step by Step, arXiv 2305.20050 (the 500-problem MATH test subset)")
@@ -117,14 +117,3 @@ def run_math500(data: str | None, out: Path) -> Comparison:
     result.timings = {"load": loaded - began, "sanity run": time.perf_counter() - loaded}
     return result
 
-
-RECIPES = [
-    Recipe(name="swebench-verified", title="SWE-bench Verified: the 500 released instances through the swebench task",
-           paper="Jimenez et al., SWE-bench, arXiv 2310.06770; OpenAI's Verified subset",
-           dataset=f"hub {SWE_HUB['verified']} (split test)", run=run_swebench_verified,
-           data_help="a parquet/jsonl copy of the split (e.g. ../shared/data/swebench/verified_test.parquet)"),
-    Recipe(name="math500", title="MATH500 through the math task, plus an embedded-model sanity run (no paper table)",
-           paper="Lightman et al., arXiv 2305.20050 (the subset); Hendrycks et al. (MATH)",
-           dataset=f"hub {MATH500_HUB} (split test)", run=run_math500,
-           data_help="test.jsonl with problem and answer/solution (e.g. ../shared/data/math500/test.jsonl)"),
-]

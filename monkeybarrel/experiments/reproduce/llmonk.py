@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ..llmonk_data import SampleOutcomes, read_monkey_business, read_outcomes_parquet, stack_counts
-from .base import Comparison, Published, Recipe, Row
+from .base import Comparison, Published, Row
 
-PAPER = "Brown et al., Large Language Monkeys, arXiv 2407.21787"
 FIG5 = "arXiv 2407.21787, Fig. 5"
 TEXT_22 = "arXiv 2407.21787, §2.2 (Fig. 3)"
 TARGETS = (0.5, 0.9)
@@ -63,82 +62,62 @@ def coverage_laws(blocks: list[SampleOutcomes]) -> dict:
     return {"ks": ks, "coverage": curves, "law": fit_coverage_law(ks, curves), "n": n, "c": c}
 
 
-def _run(task: str, models: tuple[str, ...], paper: dict[str, dict[str, Published]], name: str, title: str):
-    def run(data: str | None, out: Path) -> Comparison:
-        from ...orchestrator.report.coverage_plot import plot_coverage_laws
+FAMILIES = {
+    "MATH": ("llmonk-pythia-math", PYTHIA_MODELS, PYTHIA_MATH_PAPER, "Pythia on MATH"),
+    "CodeContests": ("llmonk-codecontests", CODECONTESTS_MODELS, CODECONTESTS_PAPER, "CodeContests"),
+}
+"""Task -> (recipe name, models, published numbers, what the table is about)."""
 
-        began = time.perf_counter()
-        blocks, origin = load_blocks(data, task, models)
-        loaded = time.perf_counter()
-        fit = coverage_laws(blocks)
-        fitted = time.perf_counter()
-        ks, curves, law = fit["ks"], fit["coverage"], fit["law"]
-        result = Comparison(recipe=name, title=title, data=origin, wide=True)
-        k_top = int(ks[-1])
-        needed = {t: law.samples_for(t) for t in TARGETS}
-        per_model = {}
-        for m, block in enumerate(blocks):
-            published = paper.get(block.model, {})
-            at_1, at_top = 100 * curves[m, 0], 100 * curves[m, -1]
-            result.rows += [
-                Row(block.model, "pass@1", at_1, published.get("pass@1"), digits=2),
-                Row(block.model, f"coverage@{k_top}", at_top, published.get(f"coverage@{k_top}")),
-                Row(block.model, "fit a", float(law.a[m]), published.get("a"), unit="", digits=2),
-                Row(block.model, "fit b", float(law.b[m]), published.get("b"), unit="", digits=3),
-                Row(block.model, "fit error", float(law.error_mean[m]), published.get("error_mean"),
-                    unit="", digits=4),
-            ]
-            result.rows += [Row(block.model, f"k for {int(100 * t)}% (fit)", float(needed[t][m]),
-                                unit="", digits=0) for t in TARGETS]
-            per_model[block.model] = {"problems": int(block.problem_ids.size), "samples": int(block.n_samples.max()),
-                                      "pass@1": float(curves[m, 0]), f"coverage@{k_top}": float(curves[m, -1]),
-                                      **law.row(m), **{f"samples_for_{t}": float(needed[t][m]) for t in TARGETS}}
-        figure = plot_coverage_laws(ks, curves, law, [b.model for b in blocks], out / "coverage_laws.png",
-                                    title=f"{task}: coverage and exp(a k^b) fits")
-        result.figures.append(str(figure))
-        shape = {(int(b.problem_ids.size), int(b.n_samples.max())) for b in blocks}
-        result.notes += [
-            f"{len(blocks)} models; problems x samples per model: {', '.join(f'{p} x {s}' for p, s in sorted(shape))}.",
-            "coverage = mean unbiased pass@k (Chen et al.); the law is fitted to log c = a k^b at "
-            f"{ks.size} values of k evenly spaced in log k (1..{k_top}); the fit error is mean ± std of |c - fit| there "
-            "(the paper's Fig. 5 measure).",
-            "fit error std (ours): " + ", ".join(f"{b.model} {law.error_std[m]:.4f}" for m, b in enumerate(blocks)) + ".",
-            "paper '–': the paper prints that number for other models only (Fig. 5 fits: Pythia-70M and -12B on MATH; "
-            "Llama-3-8B/70B-Instruct on CodeContests; §2.2: Pythia-160M MATH, Gemma-2B CodeContests).",
+
+def run(data: str | None, out: Path, *, task: str) -> Comparison:
+    """The recipe of ``task`` (a key of ``FAMILIES``): coverage and fitted laws beside the published numbers."""
+    from ...orchestrator.report.coverage_plot import plot_coverage_laws
+
+    name, models, paper, table_title = FAMILIES[task]
+    title = f"Large Language Monkeys: {table_title} (coverage, pass@1, exp(a k^b) fits)"
+    began = time.perf_counter()
+    blocks, origin = load_blocks(data, task, models)
+    loaded = time.perf_counter()
+    fit = coverage_laws(blocks)
+    fitted = time.perf_counter()
+    ks, curves, law = fit["ks"], fit["coverage"], fit["law"]
+    result = Comparison(recipe=name, title=title, data=origin, wide=True)
+    k_top = int(ks[-1])
+    needed = {t: law.samples_for(t) for t in TARGETS}
+    per_model = {}
+    for m, block in enumerate(blocks):
+        published = paper.get(block.model, {})
+        at_1, at_top = 100 * curves[m, 0], 100 * curves[m, -1]
+        result.rows += [
+            Row(block.model, "pass@1", at_1, published.get("pass@1"), digits=2),
+            Row(block.model, f"coverage@{k_top}", at_top, published.get(f"coverage@{k_top}")),
+            Row(block.model, "fit a", float(law.a[m]), published.get("a"), unit="", digits=2),
+            Row(block.model, "fit b", float(law.b[m]), published.get("b"), unit="", digits=3),
+            Row(block.model, "fit error", float(law.error_mean[m]), published.get("error_mean"),
+                unit="", digits=4),
         ]
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "coverage_laws.json").write_text(json.dumps(
-            {"ks": ks.tolist(), "models": per_model,
-             "coverage": {b.model: curves[m].tolist() for m, b in enumerate(blocks)}}, indent=1))
-        result.timings = {"load": loaded - began, "coverage+fit": fitted - loaded,
-                          "total": time.perf_counter() - began}
-        return result
-    return run
-
-
-def _recipe(name: str, task: str, models: tuple[str, ...], published: dict[str, dict[str, Published]], *,
-            configs: str, title: str, table_title: str, parquet: str, data_help: str) -> Recipe:
-    """One recipe of the family: coverage and fitted laws of ``models`` on ``task`` beside ``published``.
-
-    ``configs``: the hub configs it loads (a glob); ``title``, ``table_title``: what the recipe and its
-    comparison table are about; ``parquet``: the processed per-sample parquet it also reads.
-    """
-    return Recipe(name=name, title=f"Large Language Monkeys: {title}", paper=PAPER,
-                  dataset=f"hub ScalingIntelligence/monkey_business (configs {configs}), or {parquet}",
-                  run=_run(task, models, published, name,
-                           f"Large Language Monkeys: {table_title} (coverage, pass@1, exp(a k^b) fits)"),
-                  data_help=data_help)
-
-
-RECIPES = [
-    _recipe("llmonk-pythia-math", "MATH", PYTHIA_MODELS, PYTHIA_MATH_PAPER, configs="MATH_Pythia-*",
-            title="Pythia on MATH, coverage and scaling laws", table_title="Pythia on MATH",
-            parquet="the processed per-sample parquet (Problem Idx, Attempt Idx, Score, Benchmark, Model)",
-            data_help="the processed parquet (e.g. ../shared/data/llmonk/pythia_math_individual_outcomes.parquet) "
-                      "or a directory of MATH_Pythia-*.json files"),
-    _recipe("llmonk-codecontests", "CodeContests", CODECONTESTS_MODELS, CODECONTESTS_PAPER, configs="CodeContests_*",
-            title="Gemma and Llama-3 on CodeContests", table_title="CodeContests",
-            parquet="a parquet in the processed per-sample layout",
-            data_help="a parquet in the processed per-sample layout with Benchmark 'CodeContests', or a directory "
-                      "of CodeContests_{Gemma-2B,Gemma-7B,Llama-3-8B-Instruct,Llama-3-70B-Instruct}.json files"),
-]
+        result.rows += [Row(block.model, f"k for {int(100 * t)}% (fit)", float(needed[t][m]),
+                            unit="", digits=0) for t in TARGETS]
+        per_model[block.model] = {"problems": int(block.problem_ids.size), "samples": int(block.n_samples.max()),
+                                  "pass@1": float(curves[m, 0]), f"coverage@{k_top}": float(curves[m, -1]),
+                                  **law.row(m), **{f"samples_for_{t}": float(needed[t][m]) for t in TARGETS}}
+    figure = plot_coverage_laws(ks, curves, law, [b.model for b in blocks], out / "coverage_laws.png",
+                                title=f"{task}: coverage and exp(a k^b) fits")
+    result.figures.append(str(figure))
+    shape = {(int(b.problem_ids.size), int(b.n_samples.max())) for b in blocks}
+    result.notes += [
+        f"{len(blocks)} models; problems x samples per model: {', '.join(f'{p} x {s}' for p, s in sorted(shape))}.",
+        "coverage = mean unbiased pass@k (Chen et al.); the law is fitted to log c = a k^b at "
+        f"{ks.size} values of k evenly spaced in log k (1..{k_top}); the fit error is mean ± std of |c - fit| there "
+        "(the paper's Fig. 5 measure).",
+        "fit error std (ours): " + ", ".join(f"{b.model} {law.error_std[m]:.4f}" for m, b in enumerate(blocks)) + ".",
+        "paper '–': the paper prints that number for other models only (Fig. 5 fits: Pythia-70M and -12B on MATH; "
+        "Llama-3-8B/70B-Instruct on CodeContests; §2.2: Pythia-160M MATH, Gemma-2B CodeContests).",
+    ]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "coverage_laws.json").write_text(json.dumps(
+        {"ks": ks.tolist(), "models": per_model,
+         "coverage": {b.model: curves[m].tolist() for m, b in enumerate(blocks)}}, indent=1))
+    result.timings = {"load": loaded - began, "coverage+fit": fitted - loaded,
+                      "total": time.perf_counter() - began}
+    return result

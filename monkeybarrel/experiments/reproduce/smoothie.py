@@ -27,10 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from ...core.hub import download_hub_files
-from .base import Comparison, Published, Recipe, RecipeDataError, Row
+from .base import Comparison, Published, RecipeDataError, Row
+from .catalog import SMOOTHIE_HUB as HUB_REPO
 
-PAPER = "Guha et al., Smoothie: Label Free Language Model Routing, NeurIPS 2024, arXiv 2412.04692"
-HUB_REPO = "hazyresearch/smoothie_data"
 EMBEDDER = "all-mpnet-base-v2"
 N_NEIGHBORS = 21
 """The instruction itself and its 20 nearest other instructions."""
@@ -163,9 +162,3 @@ def run(data: str | None, out: Path) -> Comparison:
     result.timings = {"load": loaded - began, "embed": embedded - loaded, "route": time.perf_counter() - embedded}
     return result
 
-
-RECIPES = [
-    Recipe(name="smoothie-alpaca", title="Smoothie-Local routing on AlpacaEval (10 trials of 5 leaderboard models)",
-           paper=PAPER, dataset=f"hub {HUB_REPO}: alpaca/downloaded_outputs/*.json (+ algorithm_outputs/smoothie_*)",
-           run=run, data_help="a copy of the smoothie_data repo or its alpaca/ folder (downloaded_outputs/*.json)"),
-]

@@ -20,9 +20,9 @@ from pathlib import Path
 from ...core.config import SelectorSpec
 from ...core.hub import load_hub_dataset
 from ..weaver_data import HUB_DATASETS, load_weaver_dataset
-from .base import Comparison, Published, Recipe, Row
+from .base import Comparison, Published, Row
+from .catalog import WEAVER_LABELS as LABELS
 
-PAPER = "Saad-Falcon et al., Shrinking the Generation-Verification Gap with Weak Verifiers (Weaver), arXiv 2506.18203"
 T1 = "arXiv 2506.18203, Table 1"
 T20 = "arXiv 2506.18203, Table 20"
 T3 = "arXiv 2506.18203, Table 3"
@@ -64,54 +64,42 @@ PUBLISHED: dict[tuple[str, str], dict[str, Published]] = {
     ("mmlu-pro", "8b"): {"first sample": Published(46.6, T20), "majority": Published(56.4, T20),
                          "weaver": Published(67.2, T3), "pass@K": Published(96.8, T20, "Pass@100")},
 }
-LABELS = {"math500": "MATH500", "gpqa": "GPQA", "mmlu": "MMLU-College", "mmlu-pro": "MMLU-Pro"}
 
 
-def _run(dataset: str, size: str):
+def run(data: str | None, out: Path, *, dataset: str, size: str) -> Comparison:
+    """One released set (``dataset`` a key of ``LABELS``, ``size`` ``70b`` or ``8b``) beside the paper's table."""
+    from ...orchestrator.runner import evaluate_and_report
+
     short = f"{dataset}-{size}"
     where = {"type": "diamond"} if (dataset, size) == ("gpqa", "70b") else None
     published = PUBLISHED[(dataset, size)]
 
-    def run(data: str | None, out: Path) -> Comparison:
-        from ...orchestrator.runner import evaluate_and_report
-
-        began = time.perf_counter()
-        if data is None:  # fail early and clearly offline; a reachable hub caches the set for the loader
-            load_hub_dataset(HUB_DATASETS[short], split="data", local_hint="--data FILE (the set's parquet/jsonl in "
-                                                                             "the released schema)")
-        experiment = load_weaver_dataset(data or short, out / "store", where=where, selectors=SELECTORS, force=True)
-        loaded = time.perf_counter()
-        metrics = evaluate_and_report(experiment)
-        done = time.perf_counter()
-        k = max(metrics["ks"])
-        result = Comparison(recipe=f"weaver-{short}", title=f"Weaver: {LABELS[dataset]} with Llama 3.1 {size.upper()} "
-                            "(selection accuracy %)", data=(data or f"hub {HUB_DATASETS[short]}")
-                            + (" (GPQA-Diamond rows: type == diamond)" if where else ""))
-        group = f"{LABELS[dataset]} {size.upper()}"
-        result.rows.append(Row(group, "first sample (mean sample accuracy)", 100 * metrics["sample_accuracy"],
-                               published.get("first sample")))
-        for name, info in metrics["selection"].items():
-            metric = f"pass@{k} (oracle)" if name == "oracle (coverage)" else name
-            result.rows.append(Row(group, metric, 100 * info["accuracy"], published.get(ROW_OF.get(name, ""))))
-        result.notes += [
-            f"{metrics['n_problems']} problems x {k} samples; {len(experiment.selection_data().verifiers)} released "
-            "verifier columns.",
-            "naive ensemble averages every released verifier (the paper's row: the top-10 RewardBench RMs only).",
-            "weaver (paper settings) is the paper's per-candidate model (aggregate: candidate), transductive like its "
-            "Table 1: the labels of all problems set the class prior and the threshold; '1% dev labels' (a seeded 1% "
-            "of problems) and 'label-free' (none) run monkeybarrel's default, candidates pooled by final answer.",
-            f"full selection report with coverage, scaling law and verifier table: {out / 'store' / 'report.md'}",
-        ]
-        result.timings = {"load": loaded - began, "select+evaluate": done - loaded}
-        return result
-    return run
-
-
-RECIPES = [
-    Recipe(name=f"weaver-{dataset}-{size}", title=f"Weaver: {LABELS[dataset]}, Llama 3.1 {size.upper()} generator "
-           f"({'Table 1' if size == '70b' else 'Tables 20 and 3'})", paper=PAPER,
-           dataset=f"hub {HUB_DATASETS[f'{dataset}-{size}']} (split data)", run=_run(dataset, size),
-           data_help="a local .parquet/.jsonl/.json copy of the set (columns instruction, samples, answer_correct, "
-                     "extracted_answers, *_scores, *_verdicts)")
-    for size in ("70b", "8b") for dataset in ("math500", "gpqa", "mmlu", "mmlu-pro")
-]
+    began = time.perf_counter()
+    if data is None:  # fail early and clearly offline; a reachable hub caches the set for the loader
+        load_hub_dataset(HUB_DATASETS[short], split="data", local_hint="--data FILE (the set's parquet/jsonl in "
+                                                                         "the released schema)")
+    experiment = load_weaver_dataset(data or short, out / "store", where=where, selectors=SELECTORS, force=True)
+    loaded = time.perf_counter()
+    metrics = evaluate_and_report(experiment)
+    done = time.perf_counter()
+    k = max(metrics["ks"])
+    result = Comparison(recipe=f"weaver-{short}", title=f"Weaver: {LABELS[dataset]} with Llama 3.1 {size.upper()} "
+                        "(selection accuracy %)", data=(data or f"hub {HUB_DATASETS[short]}")
+                        + (" (GPQA-Diamond rows: type == diamond)" if where else ""))
+    group = f"{LABELS[dataset]} {size.upper()}"
+    result.rows.append(Row(group, "first sample (mean sample accuracy)", 100 * metrics["sample_accuracy"],
+                           published.get("first sample")))
+    for name, info in metrics["selection"].items():
+        metric = f"pass@{k} (oracle)" if name == "oracle (coverage)" else name
+        result.rows.append(Row(group, metric, 100 * info["accuracy"], published.get(ROW_OF.get(name, ""))))
+    result.notes += [
+        f"{metrics['n_problems']} problems x {k} samples; {len(experiment.selection_data().verifiers)} released "
+        "verifier columns.",
+        "naive ensemble averages every released verifier (the paper's row: the top-10 RewardBench RMs only).",
+        "weaver (paper settings) is the paper's per-candidate model (aggregate: candidate), transductive like its "
+        "Table 1: the labels of all problems set the class prior and the threshold; '1% dev labels' (a seeded 1% "
+        "of problems) and 'label-free' (none) run monkeybarrel's default, candidates pooled by final answer.",
+        f"full selection report with coverage, scaling law and verifier table: {out / 'store' / 'report.md'}",
+    ]
+    result.timings = {"load": loaded - began, "select+evaluate": done - loaded}
+    return result
