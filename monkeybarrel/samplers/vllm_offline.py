@@ -137,7 +137,8 @@ class VLLMSampler(Sampler):
         self.expected_sharing: float | None = None
         """Prompt sharing to assume when the engine starts before any request is known (Ray workers)."""
         self.stats = {"primers": 0, "engine_requests": 0, "admission_waits": 0}
-        """Counters: prefill-only requests sent, engine requests, steps run while admission held problems back."""
+        """Counters: prefill-only requests sent, engine requests, and steps run with fewer than ``chunk_requests``
+        problems in the engine (admission held the next one back, or none was waiting)."""
         self._llm = None
         self._request_ids = itertools.count()
         self._mean_len: tuple[float, int] = (0.0, 0)  # sum and count of finished completions' lengths
