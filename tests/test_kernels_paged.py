@@ -80,6 +80,36 @@ def test_groups_take_the_deepest_level_and_ignore_partial_blocks():
     assert plan.groups.n_groups == 0 and plan.n_items == 0 and plan.saved_fraction == 0.0
 
 
+@pytest.mark.parametrize("family", ["independent prompts", "shared system prompt", "random tables"])
+def test_vectorised_grouping_equals_the_recursive_split(family):
+    """The loop-free grouping of flat tables gives the recursive split's groups exactly, and a nested or
+    arbitrary table (where it declines) still gets them through find_shared_groups."""
+    from monkeybarrel.kernels import prefix_groups as pg
+    rng = np.random.default_rng(len(family))
+    declined = 0
+    for trial in range(120):
+        if family == "random tables":  # no prefix-cache structure: blocks repeat anywhere
+            T, W = int(rng.integers(2, 14)), int(rng.integers(1, 7))
+            table = rng.integers(1, 5, (T, W)).astype(np.int32)
+            lens = rng.integers(0, W * 16 + 1, T).astype(np.int32)
+        else:
+            system = int(family == "shared system prompt") * int(rng.integers(1, 3))
+            prompts = [(int(rng.integers(16 * system + 1, 400)), rng.integers(1, 40, int(rng.integers(1, 7))).tolist())
+                       for _ in range(int(rng.integers(1, 14)))]
+            table, lens, _ = paged_layout(prompts, system_blocks=system, padded=int(rng.integers(0, 3)), seed=trial)
+        usable = np.minimum(np.maximum((lens.astype(np.int64) - 1) // 16, 0), table.shape[1])
+        want = pg._groups_by_refinement(table, usable, 16)
+        fast = pg._flat_groups(table, usable, 16)
+        declined += fast is None
+        for got in [find_shared_groups(table, lens, 16)] + ([fast] if fast is not None else []):
+            for field in ("order", "starts", "shared_blocks", "shared_len"):
+                assert np.array_equal(getattr(got, field), getattr(want, field)), (family, trial, field)
+    if family == "independent prompts":
+        assert declined == 0  # decode steps of independent prompts (>= 1 generated token) never take the slow path
+    else:
+        assert declined > 0
+
+
 def test_plan_items_cover_each_groups_keys_and_rows_once():
     table, lens, _ = paged_layout([(2048, [30] * 40), (700, [1] * 3), (5000, [100] * 2)], seed=3)
     G, Hkv = 4, 8
