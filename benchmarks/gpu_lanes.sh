@@ -3,9 +3,8 @@
 # single-GPU benchmarks run side by side, one per GPU ("lanes"), then the multi-GPU runs. After the bundle
 # of deploy/gpu_bundle.sh is in /tmp/vl (docs/gpu.md), from the checkout's root:
 #   STAGES="setup" bash benchmarks/gpu_lanes.sh        # unpack, import check, GPU kernel tests
-#   STAGES="single" bash benchmarks/gpu_lanes.sh       # #31: Monkeys 1B / 8B tables, levers, FP8 parity, product path
-#   STAGES="multi_a" bash benchmarks/gpu_lanes.sh      # #32: data parallel 1 and 2 GPUs, TP parity, the sweep on one GPU
-#   STAGES="multi_b" bash benchmarks/gpu_lanes.sh      # #32: data parallel 4 GPUs, the sweep on 4 GPUs, a worker killed
+#   STAGES="single" bash benchmarks/gpu_lanes.sh       # #31: Monkeys 1B / 8B tables, cached restart, product path
+#   STAGES="multi" bash benchmarks/gpu_lanes.sh        # #32: data parallel 1, 2, 4 GPUs; FP8 and TP greedy parity
 #   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # #32: the 70B shape at tensor parallel 4, ours vs vLLM's attention
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
 set -o pipefail
@@ -34,40 +33,26 @@ for s in ${STAGES:-setup}; do
       $PY benchmarks/model_shapes.py 1b --tokenizer /tmp/tokenizer --out /tmp/gpu_model_1b
       CUDA_VISIBLE_DEVICES=0 MONKEYBARREL_GPU_MODEL=/tmp/gpu_model_1b timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider \
         -k "fp8 or replayed or layout0" tests/test_kernels_paged.py 2>&1 | tee "$W/tests.log" | tail -5 ;;
-    single)
+    single)  # the 8B product-path lane also fills the engine cache for the Ray workers' engine (same options)
       M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE"
-      lane mk1b 0 $M --presets 1b --n 1b:64 --workdir "$W/1b" --out "$W/monkeys_1b.json"
-      lane mk8b 1 $M --presets 8b --n 8b:32 --columns ours,vllm_default --levers no_primer,unseeded \
-        --lever-variants fixed --restart --workdir "$W/8b" --out "$W/monkeys_8b.json"
-      lane mk8bt 2 $M --presets 8b --n 8b:32 --columns vllm_tuned --levers fp8,fp8_seqs4096 \
-        --lever-variants fixed --workdir "$W/8bt" --out "$W/monkeys_8b_tuned.json"
-      lane product 3 bash -c "$PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k $GSM \
-          --out $W/parity_fp8.json; $PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer \
+      lane mk1b 0 $M --presets 1b --n 1b:64 --columns vllm_tuned,ours --tuned 2048:32768 --restart \
+        --workdir "$W/1b" --out "$W/monkeys_1b.json"
+      lane mk8b 1 $M --presets 8b --n 8b:32 --columns ours,vllm_default --workdir "$W/8b" --out "$W/monkeys_8b.json"
+      lane mk8bt 2 $M --presets 8b --n 8b:32 --columns vllm_tuned --workdir "$W/8bt" --out "$W/monkeys_8b_tuned.json"
+      lane product 3 $PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer \
           --problems 64 --samples 64 --max-tokens 128 --shots 16 --variants direct-vllm,direct \
-          --baseline direct-vllm --engine-cache $CACHE --workdir $W/product --out $W/product_path.json"
+          --baseline direct-vllm --engine-cache $CACHE --workdir $W/product --out $W/product_path.json
       wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
-    multi_a)  # Ray's local instances start side by side here (dp1, dp2): each driver starts its own
+    multi)  # data parallel 1 -> 2 -> 4 GPUs one after another (the parity runs beside the first)
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
          --max-tokens 64 --shots 4 --engine-cache $CACHE"
-      SW="$PY benchmarks/sweep_gpus.py --out /tmp/sweep_gpus --tokenizer /tmp/tokenizer --gsm8k $GSM --problems 32 --samples 16 --max-tokens 128"
-      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 200 $SW --gpus 4 --part build,warm > "$W/sweep_warm.log" 2>&1
-      lane dp1 0 $R --variants ray-1 --workdir "$W/dp1" --out "$W/dp_1.json"; p1=$!
-      lane dp2 1,2 $R --variants ray-2g --workdir "$W/dp2" --out "$W/dp_2.json"; p2=$!
-      lane sweep1 3 $SW --gpus 1 --part one
-      wait $p1 $p2
-      lane tpparity 0,1 $PY benchmarks/greedy_parity.py --mode tp --gguf /tmp/smol.gguf --gsm8k $GSM --out "$W/parity_tp.json"
-      wait; cp /tmp/sweep_gpus/sweep_gpus.json /tmp/sweep_gpus/*.log "$W/" 2>/dev/null
-      cat "$W/lanes.txt"; summary "$W"/*.log ;;
-    multi_b)
-      R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
-         --max-tokens 64 --shots 4 --engine-cache $CACHE"
-      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 200 $R --variants ray-4g --workdir "$W/dp4" --out "$W/dp_4.json" > "$W/dp4.log" 2>&1
-      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 150 $PY benchmarks/sweep_gpus.py --out /tmp/sweep_gpus --gpus 4 --part many \
-        > "$W/sweep4.log" 2>&1
-      CUDA_VISIBLE_DEVICES=0,1,2,3 MONKEYBARREL_GPU_MODEL=/tmp/gpu_model_1b MONKEYBARREL_RAY_WORKERS=4 timeout 150 \
-        $PY -m pytest -q -s -m gpu -p no:cacheprovider tests/test_samplers_ray_gpu.py > "$W/kill4.log" 2>&1
-      cp /tmp/sweep_gpus/sweep_gpus.json /tmp/sweep_gpus/*.log "$W/" 2>/dev/null
-      summary "$W"/*.log; grep -h "ray kill test\|sweep_scaling\|passed\|failed" "$W"/*.log | tail -8 ;;
+      lane fp8parity 1 $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k $GSM --out "$W/parity_fp8.json"
+      lane tpparity 2,3 $PY benchmarks/greedy_parity.py --mode tp --gguf /tmp/smol.gguf --gsm8k $GSM --out "$W/parity_tp.json"
+      CUDA_VISIBLE_DEVICES=0 timeout 300 $R --variants ray-1 --workdir "$W/dp1" --out "$W/dp_1.json" > "$W/dp1.log" 2>&1
+      wait
+      CUDA_VISIBLE_DEVICES=0,1 timeout 200 $R --variants ray-2g --workdir "$W/dp2" --out "$W/dp_2.json" > "$W/dp2.log" 2>&1
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 150 $R --variants ray-4g --workdir "$W/dp4" --out "$W/dp_4.json" > "$W/dp4.log" 2>&1
+      cat "$W/lanes.txt"; summary "$W"/*.log; grep -h '"variant"' "$W"/dp*.log | cut -c1-400 ;;
     tp70b)
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout "$T" $PY benchmarks/vllm_attention_auto.py --presets 70b --tp 4 --once \
         --same-engine --jobs "${JOBS70:-8x128x2048x128,32x64x1024x128,256x1x2048x128}" \

@@ -9,7 +9,9 @@ greedy n > 1), ``--max-tokens`` new tokens,
 - ``--mode fp8``: ``kv_cache_dtype: auto`` (bf16) against ``fp8`` (e4m3, scale 1.0), each a fresh engine;
   also our kernel's speed on an FP8 cache against a bf16 cache (CUDA-graph replay of one decode step at
   the 8B shape's attention, 1,024 sequences in 16 groups).
-- ``--mode tp``: tensor parallel 1 against 2. SmolLM2-135M has 9 query and 3 KV heads, which two GPUs
+- ``--mode tp``: tensor parallel 1 against 2, with vLLM's own attention across the same change as the
+  control (greedy bf16 decoding is not invariant to TP's different reduction order: a near-tie flips and
+  the sequence diverges from there), and ours against vLLM's at each TP. SmolLM2-135M has 9 query and 3 KV heads, which two GPUs
   cannot split, so both runs use the same function-preserving widening of its attention: 12 query and 4
   KV heads, the added heads' q/k/v rows and o_proj columns zero (their output is multiplied by zero), the
   original weights untouched.
@@ -81,7 +83,7 @@ def generate(spec: dict) -> dict:
 
     from monkeybarrel.samplers.vllm_engine import engine_arguments
 
-    args = engine_arguments("monkeybarrel", {"dtype": "bfloat16", "max_model_len": 2048, "enable_prefix_caching": True,
+    args = engine_arguments(spec.get("attention", "monkeybarrel"), {"dtype": "bfloat16", "max_model_len": 2048, "enable_prefix_caching": True,
                                              "gpu_memory_utilization": spec.get("memory", 0.3),
                                              "max_num_seqs": 512, **spec["engine"]})
     stats = Path(tempfile.mkdtemp()) / "attention_stats.json"
@@ -111,7 +113,9 @@ def compare(a: list[list[list[int]]], b: list[list[list[int]]]) -> dict:
                 first.append(next((i for i, (x, y) in enumerate(zip(sa, sb)) if x != y), min(len(sa), len(sb))))
     sequences = sum(len(r) for r in a)
     return {"positions_identical": round(same / max(total, 1), 5), "positions": total,
-            "sequences_identical": whole, "sequences": sequences, "first_divergence": sorted(first)}
+            "sequences_identical": whole, "sequences": sequences,
+            "diverged_at_first_token": sum(f == 0 for f in first),  # decided by the prefill, not the decode kernel
+            "first_divergence": sorted(first)}
 
 
 def kernel_speed() -> dict:
@@ -193,10 +197,16 @@ def main() -> None:
                 "fp8": spawn({**base, "model": str(model), "engine": {"kv_cache_dtype": "fp8"}})}
         report = {"mode": "fp8", **compare(runs["bf16"]["tokens"], runs["fp8"]["tokens"]), "kernel": kernel_speed()}
     else:
-        wide = widen_heads(model, Path("/tmp/smollm2_wide"), 12, 4)
-        runs = {"tp1": spawn({**base, "model": str(wide), "engine": {}}),
-                "tp2": spawn({**base, "model": str(wide), "engine": {"tensor_parallel_size": 2}})}
-        report = {"mode": "tp", **compare(runs["tp1"]["tokens"], runs["tp2"]["tokens"])}
+        wide = str(widen_heads(model, Path("/tmp/smollm2_wide"), 12, 4))
+        runs = {f"{attention}_tp{tp}": spawn({**base, "model": wide, "attention": attention,
+                                               "engine": {"tensor_parallel_size": tp} if tp > 1 else {}})
+                for attention in ("monkeybarrel", "vllm") for tp in (1, 2)}
+        tokens = {k: v["tokens"] for k, v in runs.items()}
+        report = {"mode": "tp", **compare(tokens["monkeybarrel_tp1"], tokens["monkeybarrel_tp2"]),
+                  # the control: vLLM's own attention across the same TP change, and ours against vLLM's at each TP
+                  "vllm_attention_tp1_vs_tp2": compare(tokens["vllm_tp1"], tokens["vllm_tp2"]),
+                  "ours_vs_vllm_tp1": compare(tokens["monkeybarrel_tp1"], tokens["vllm_tp1"]),
+                  "ours_vs_vllm_tp2": compare(tokens["monkeybarrel_tp2"], tokens["vllm_tp2"])}
     report["runs"] = {k: {"engine_start_s": v["engine_start_s"], "attention_stats": v["attention_stats"]}
                       for k, v in runs.items()}
     report.update(prompts=args.prompts, max_tokens=args.max_tokens, model=args.gguf)
