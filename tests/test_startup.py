@@ -94,10 +94,11 @@ status = main(["report", sys.argv[1]])
 print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
 """
 
-NOT_FOR_REPORT = {"sklearn", "scipy.stats", "pyarrow.dataset", "pyarrow._dataset", "pyarrow.acero"}
+NOT_FOR_REPORT = {"sklearn", "scipy", "pyarrow.dataset", "pyarrow._dataset", "pyarrow.acero"}
 """What `report` of a majority-vote store must not load: scikit-learn (selectors keep its estimator contract
-without it), scipy.stats (it comes with scikit-learn), Arrow's dataset reader and query engine (the store
-reads files with ParquetFile and answers key questions with sorted codes, ``core/keys.py``)."""
+without it), scipy (pass@k's log-gamma is ``math.lgamma``; the allocation replay loads only when it runs),
+Arrow's dataset reader and query engine (the store reads files with ParquetFile and answers key questions
+with sorted codes, ``core/keys.py``)."""
 
 
 def _report(directory: Path, blocked: set[str]) -> dict:
