@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
