@@ -62,7 +62,7 @@ def test_temporaries_belong_to_their_writer_and_only_dead_writers_are_cleaned(tm
         live.kill()
         live.wait()
     store.append_chunk("candidates", _candidate_rows([0]))
-    with pytest.raises(StoreError, match="1 duplicate key.*store repair"):
+    with pytest.raises(StoreError, match="1 duplicate key.*problem_id='p', generator_id='g', sample_index=0.*store repair"):
         reopened.candidates()
 
 

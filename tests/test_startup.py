@@ -6,6 +6,7 @@ only the plug-in asked for, and `reproduce list` loads no model, plotting or lea
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,49 @@ def test_registries_import_only_the_module_asked_for():
     assert {"monkeybarrel.verifiers.heuristics", "monkeybarrel.tasks.arithmetic"} <= imported
     assert not imported & {"monkeybarrel.verifiers.llm_judge", "monkeybarrel.verifiers.reward_model",
                            "monkeybarrel.tasks.swebench", "monkeybarrel.tasks.humaneval"}, imported
+
+
+REPORT_RUNNER = """
+import json, sys
+blocked = set(json.loads(sys.argv[2]))
+
+class Unimportable:  # as if these packages were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name in blocked or name.split(".")[0] in blocked:
+            raise ImportError(f"{name} is blocked")
+        return None
+
+sys.meta_path.insert(0, Unimportable())
+from monkeybarrel.orchestrator.cli.main import main
+status = main(["report", sys.argv[1]])
+print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
+"""
+
+NOT_FOR_REPORT = {"sklearn", "scipy", "pyarrow.dataset", "pyarrow._dataset", "pyarrow.acero"}
+"""What `report` of a majority-vote store must not load: scikit-learn (selectors keep its estimator contract
+without it), scipy (pass@k's log-gamma is ``math.lgamma``; the allocation replay loads only when it runs),
+Arrow's dataset reader and query engine (the store reads files with ParquetFile and answers key questions
+with sorted codes, ``core/keys.py``)."""
+
+
+def _report(directory: Path, blocked: set[str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", REPORT_RUNNER, str(directory), json.dumps(sorted(blocked))],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_report_loads_no_scikit_learn_and_needs_no_pandas_or_arrow_dataset(tmp_path):
+    """`monkeybarrel report` of a store with the default selectors (majority, random, oracle): none of
+    NOT_FOR_REPORT is imported; and with those and pandas made unimportable (pyarrow imports pandas for
+    its conversions whenever it is installed, but works without it), the report is the same, file for file."""
+    from test_orchestrator_results import synthetic_store
+
+    free, blocked = synthetic_store(tmp_path / "free", problems=12, samples=4), tmp_path / "blocked"
+    shutil.copytree(free, blocked)
+    report = _report(free, set())
+    assert report["status"] == 0 and not NOT_FOR_REPORT & set(report["modules"]), NOT_FOR_REPORT & set(report["modules"])
+    without = _report(blocked, NOT_FOR_REPORT | {"pandas"})
+    assert without["status"] == 0 and "pandas" not in without["modules"]
+    for name in ("selections.parquet", "metrics.json", "report.md", "coverage.png"):
+        assert (free / name).read_bytes() == (blocked / name).read_bytes(), name

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from ..core.config import ExperimentConfig
+from ..core.keys import align_rows, key_codes
 from ..core.records import ANSWER_SCHEMA, CANDIDATE_KEY, LABEL_SCHEMA, Problem, problems_from_table
 from ..core.selection_data import SelectionData
 from .store.experiment_store import ExperimentStore, StoreError
@@ -135,14 +136,14 @@ class Experiment:
 
 def _align(keys: pa.Table, table: pa.Table, column: str | list[str], fill: Any = np.nan) -> Any:
     """Values of ``table[column]`` in the row order of ``keys`` (``fill`` where absent); a list of
-    columns gives a list of arrays from one join.
+    columns gives a list of arrays from one alignment.
 
-    ``table`` must have unique keys; the join is columnar (no Python loop over rows).
+    ``table`` must have unique keys; aligned by sorted key codes (``core.keys``; no Python loop over rows).
     """
     names = [column] if isinstance(column, str) else column
-    indexed = keys.append_column("__row", pa.array(np.arange(keys.num_rows)))
-    joined = indexed.join(table.select([*CANDIDATE_KEY, *names]), keys=list(CANDIDATE_KEY), join_type="left outer")
-    joined = joined.sort_by("__row")
+    target, source = key_codes(keys, table)
+    rows = align_rows(target, source)
+    joined = table.select(names).take(pa.array(rows, mask=rows < 0))
     out = []
     for name in names:
         values = joined.column(name)

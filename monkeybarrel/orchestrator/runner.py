@@ -18,7 +18,6 @@ from .report.accuracy_vs_k import accuracy_vs_k_with_intervals
 from .report.allocation import MAX_CELLS_X_SAMPLES, plot_equal_compute, render_section, stored_equal_compute
 from .report.html_page import write_html
 from .report.markdown import plot_curves, render_markdown
-from .stages.allocation_rounds import run_allocated_sampling
 from .stages.evaluate import evaluate, to_json
 from .stages.label import run_label_stage
 from .stages.preflight import build_task, preflight  # noqa: F401  (build_task: public here too)
@@ -157,9 +156,12 @@ def _run_locked(config: ExperimentConfig, out_dir: str | Path, force: bool, show
     stage_times["load"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    run_record["sampled"] = (run_allocated_sampling(store, config, task, problems, show_progress, samplers=samplers)
-                             if config.uses_rounds else run_sample_stage(store, config, problems, show_progress,
-                                                                          samplers=samplers))
+    if config.uses_rounds:  # the allocation policies (scipy) load only for an experiment that allocates its samples
+        from .stages.allocation_rounds import run_allocated_sampling
+
+        run_record["sampled"] = run_allocated_sampling(store, config, task, problems, show_progress, samplers=samplers)
+    else:
+        run_record["sampled"] = run_sample_stage(store, config, problems, show_progress, samplers=samplers)
     stage_times["sample"] = time.perf_counter() - began
 
     began = time.perf_counter()

@@ -15,7 +15,6 @@ from typing import Sequence
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.utils.validation import check_is_fitted
 
 from ..core.selection_data import SelectionData
 from .base import SELECTORS, Selector
@@ -198,14 +197,14 @@ class WeaverSelector(Selector):
 
     def heldout_problems(self, data: SelectionData) -> np.ndarray:
         """``[n_problems]`` bool: problems the model was not fitted on (none when ``train_fraction`` = 1)."""
-        check_is_fitted(self)
+        self._check_fitted()
         fitted = np.zeros(data.n_problems, dtype=bool)
         fitted[data.groups[self.train_rows_]] = True
         return ~fitted
 
     def notes(self) -> list[str]:
         """What the fit did that a reader of the report should know, in plain words."""
-        check_is_fitted(self)
+        self._check_fitted()
         return describe_fit(self.model_, self.feature_names_)
 
     def describe(self) -> str:

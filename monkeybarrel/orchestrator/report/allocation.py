@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...allocation.equal_compute import equal_compute_table, outcomes_from_selection
 from ...core.metrics import default_ks
 from ...core.selection_data import SelectionData
 from .coverage_plot import new_figure, save_figure
@@ -40,6 +39,9 @@ def equal_compute_metrics(data: SelectionData, labels: np.ndarray, orders: int =
     """Rows of ``equal_compute_table`` for budgets 1, 2, 4, ... samples per problem, or why there are none.
 
     ``max_cells``: skip when generators x problems x samples exceeds it (None: no limit)."""
+    # the replay's policies and difficulty model (scipy) load only when a replay runs, not for every report
+    from ...allocation.equal_compute import equal_compute_table, outcomes_from_selection
+
     if data.n_candidates == 0:
         return {}
     outcomes = outcomes_from_selection(data, labels)

@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from ...core.records import CANDIDATE_KEY
+from ...core.keys import align_rows, key_codes
 from ..experiment import Experiment
 
 
@@ -45,7 +44,7 @@ class Drilldown:
 
     @classmethod
     def load(cls, experiment: Experiment) -> "Drilldown":
-        """Columnar: one join for the picks, no Python loop over candidates."""
+        """Columnar: the picks are aligned with the candidates by key codes, no Python loop over candidates."""
         candidates = experiment.candidates()  # sorted by key: each problem's rows are contiguous
         scores, verifiers, _ = experiment.scores()
         answers = experiment.answers_array()
@@ -58,11 +57,10 @@ class Drilldown:
         picks: dict[str, dict[str, int]] = {}
         selections = experiment.selections()
         if selections is not None and selections.num_rows:
-            keys = candidates.select(list(CANDIDATE_KEY)).append_column("__row", pa.array(np.arange(candidates.num_rows)))
-            joined = selections.select(["method", *CANDIDATE_KEY]).join(keys, keys=list(CANDIDATE_KEY), join_type="left outer")
-            rows = pa.compute.fill_null(joined.column("__row"), -1).to_numpy(zero_copy_only=False)
-            for method, pid, row in zip(joined.column("method").to_pylist(), joined.column("problem_id").to_pylist(),
-                                        rows.tolist()):
+            picked, stored = key_codes(selections, candidates)
+            rows = align_rows(picked, stored)  # -1: no pick
+            for method, pid, row in zip(selections.column("method").to_pylist(),
+                                        selections.column("problem_id").to_pylist(), rows.tolist()):
                 picks.setdefault(method, {})[pid] = row
             order = list(dict.fromkeys(selections.column("method").to_pylist()))
             picks = {m: picks[m] for m in order if m in picks}

@@ -6,6 +6,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -162,22 +163,23 @@ def _flush(store: ExperimentStore, candidates: list[Candidate]) -> None:
 
 
 def token_summary(candidates: pa.Table) -> dict[str, Any]:
-    """Token, error and truncation totals per generator from a candidate table (columnar)."""
+    """Token, error and truncation totals per generator from a candidate table (columnar: one ``bincount``
+    per total over the generators' codes)."""
     if candidates.num_rows == 0:
         return {}
+    generators = pc.unique(candidates.column("generator_id"))
+    code = pc.index_in(candidates.column("generator_id"), value_set=generators).to_numpy(zero_copy_only=False)
     reason = candidates.column("finish_reason")
-    table = pa.table({
-        "generator_id": candidates.column("generator_id"),
-        "prompt_tokens": candidates.column("prompt_tokens"),
-        "completion_tokens": candidates.column("completion_tokens"),
-        "errors": pc.cast(pc.fill_null(pc.equal(reason, "error"), False), pa.int64()),
-        "truncated": pc.cast(pc.fill_null(pc.equal(reason, "length"), False), pa.int64()),
-    })
-    grouped = table.group_by("generator_id").aggregate(
-        [("generator_id", "count"), ("prompt_tokens", "sum"), ("completion_tokens", "sum"), ("errors", "sum"),
-         ("truncated", "sum")]).to_pylist()
-    return {row["generator_id"]: {"candidates": int(row["generator_id_count"]),
-                                  "prompt_tokens": int(row["prompt_tokens_sum"] or 0),
-                                  "completion_tokens": int(row["completion_tokens_sum"] or 0),
-                                  "errors": int(row["errors_sum"]), "truncated": int(row["truncated_sum"])}
-            for row in sorted(grouped, key=lambda r: r["generator_id"])}
+
+    def total(values: pa.ChunkedArray) -> list[int]:
+        counts = np.bincount(code, weights=pc.fill_null(values, 0).to_numpy().astype(np.float64),
+                             minlength=len(generators))
+        return [int(round(c)) for c in counts]
+
+    totals = {"candidates": np.bincount(code, minlength=len(generators)).tolist(),
+              "prompt_tokens": total(candidates.column("prompt_tokens")),
+              "completion_tokens": total(candidates.column("completion_tokens")),
+              "errors": total(pc.cast(pc.equal(reason, "error"), pa.int64())),
+              "truncated": total(pc.cast(pc.equal(reason, "length"), pa.int64()))}
+    order = sorted(range(len(generators)), key=lambda g: generators[g].as_py())
+    return {generators[g].as_py(): {name: int(values[g]) for name, values in totals.items()} for g in order}

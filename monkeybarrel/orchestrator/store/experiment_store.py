@@ -31,24 +31,21 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 from urllib.parse import quote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ...core.records import CANDIDATE_KEY, CANDIDATE_SCHEMA, SCORE_SCHEMA
+from ...core.keys import describe_key, key_codes, newest_rows, repeated_rows
+from ...core.records import CANDIDATE_SCHEMA, SCORE_SCHEMA
 from .integrity import READ_ERRORS, WRITE_OPTIONS, one_line, scan_parquet
 from .written import LIST_KEY, LIST_NAME, WrittenFiles, digest_if_readable, file_digest, is_legacy_store, list_lost
 
 LOCK_NAME = ".lock"
 STORE_FOLDERS = ("candidates", "scores", "artifacts", "damaged")
 _TEMPORARY = re.compile(r"^\.tmp-(\d+)-[0-9a-f]+-")
-_READ_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
-    page_checksum_verification=True))
 
 
 class StoreError(RuntimeError):
@@ -231,7 +228,8 @@ class ExperimentStore:
     def _read(self, paths: list[Path], schema: pa.Schema | None, columns: list[str] | None = None) -> pa.Table:
         """Read Parquet files (page checksums verified); a file that cannot be read is named in a ``StoreError``."""
         try:
-            return ds.dataset([str(p) for p in paths], schema=schema, format=_READ_FORMAT).to_table(columns=columns)
+            tables = [_read_file(path, schema, columns) for path in paths]
+            return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         except Exception as exc:  # which file? (a damaged footer can make pyarrow raise nearly anything)
             for path in paths:
                 problem = scan_parquet(path)[1]
@@ -279,7 +277,7 @@ class ExperimentStore:
     def candidates(self) -> pa.Table:
         """Every stored candidate (CANDIDATE_SCHEMA), checked for duplicate keys."""
         table = self.read_chunks("candidates", CANDIDATE_SCHEMA)
-        _check_unique(table, CANDIDATE_KEY, "candidates")
+        _check_unique(table, "candidates")
         return table
 
     def scores(self, verifier: str) -> pa.Table:
@@ -327,21 +325,29 @@ class ExperimentStore:
         self.write_bytes("manifest.json", json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
 
 
+def _read_file(path: Path, schema: pa.Schema | None, columns: list[str] | None) -> pa.Table:
+    """One Parquet file (page checksums verified), conformed to ``schema`` when given: its fields in its
+    order and types, null where the file lacks one (an older writer's)."""
+    with pq.ParquetFile(path, page_checksum_verification=True) as parquet:
+        if schema is None:
+            return parquet.read(columns=columns)
+        wanted = schema if columns is None else pa.schema([schema.field(name) for name in columns])
+        present = set(parquet.schema_arrow.names)
+        table = parquet.read(columns=[name for name in wanted.names if name in present])
+    return pa.table([table.column(f.name).cast(f.type) if f.name in present else pa.nulls(table.num_rows, f.type)
+                     for f in wanted], schema=wanted)
+
+
 def newest_per_key(table: pa.Table) -> pa.Table:
     """One row per candidate key: its last (newest) occurrence, rows kept in their original order."""
-    if table.num_rows == 0:
-        return table
-    indexed = table.append_column("__row", pa.array(np.arange(table.num_rows)))
-    newest = indexed.group_by(list(CANDIDATE_KEY), use_threads=False).aggregate([("__row", "max")])
-    if newest.num_rows == table.num_rows:
-        return table
-    return table.take(np.sort(newest.column("__row_max").to_numpy()))
+    keep = newest_rows(key_codes(table)[0])
+    return table if keep.size == table.num_rows else table.take(keep)
 
 
-def _check_unique(table: pa.Table, key: Iterable[str], what: str) -> None:
-    if table.num_rows == 0:
-        return
-    grouped = table.group_by(list(key)).aggregate([([], "count_all")])
-    if grouped.num_rows != table.num_rows:
-        raise StoreError(f"{what}: {table.num_rows - grouped.num_rows} duplicate key(s) in the store "
-                         "(two writers at once?); `monkeybarrel store repair DIR` keeps the newest of each")
+def _check_unique(table: pa.Table, what: str) -> None:
+    """Raise ``StoreError`` naming how many rows repeat a candidate key, and the first such key."""
+    repeated = repeated_rows(key_codes(table)[0])
+    if repeated.size:
+        raise StoreError(f"{what}: {repeated.size} duplicate key(s) in the store, the first "
+                         f"{describe_key(table, int(repeated[0]))} (two writers at once?); "
+                         "`monkeybarrel store repair DIR` keeps the newest of each")
