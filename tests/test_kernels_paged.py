@@ -80,13 +80,13 @@ def test_groups_take_the_deepest_level_and_ignore_partial_blocks():
     assert plan.groups.n_groups == 0 and plan.n_items == 0 and plan.saved_fraction == 0.0
 
 
-@pytest.mark.parametrize("family", ["independent prompts", "shared system prompt", "random tables"])
-def test_vectorised_grouping_equals_the_recursive_split(family):
-    """The loop-free grouping of flat tables gives the recursive split's groups exactly, and a nested or
-    arbitrary table (where it declines) still gets them through find_shared_groups."""
+@pytest.mark.parametrize("family", ["independent prompts", "shared system prompt", "shared first shot", "random tables"])
+def test_grouping_equals_the_recursive_split_of_everything(family):
+    """Flat first-block classes grouped by one vectorised compare, nested ones by the recursive split:
+    the same groups as the recursive split of the whole table, on tables with and without nesting."""
     from monkeybarrel.kernels import prefix_groups as pg
     rng = np.random.default_rng(len(family))
-    declined = 0
+    nested = 0
     for trial in range(120):
         if family == "random tables":  # no prefix-cache structure: blocks repeat anywhere
             T, W = int(rng.integers(2, 14)), int(rng.integers(1, 7))
@@ -97,17 +97,23 @@ def test_vectorised_grouping_equals_the_recursive_split(family):
             prompts = [(int(rng.integers(16 * system + 1, 400)), rng.integers(1, 40, int(rng.integers(1, 7))).tolist())
                        for _ in range(int(rng.integers(1, 14)))]
             table, lens, _ = paged_layout(prompts, system_blocks=system, padded=int(rng.integers(0, 3)), seed=trial)
+            if family == "shared first shot":  # two prompts drawn the same first worked example
+                rows = np.flatnonzero(lens > 48)
+                if len(rows) >= 2:
+                    donor, taker = table[rows[0]], rows[-1]
+                    table[table == table[taker, 0]] = donor[0]
         usable = np.minimum(np.maximum((lens.astype(np.int64) - 1) // 16, 0), table.shape[1])
-        want = pg._groups_by_refinement(table, usable, 16)
-        fast = pg._flat_groups(table, usable, 16)
-        declined += fast is None
-        for got in [find_shared_groups(table, lens, 16)] + ([fast] if fast is not None else []):
-            for field in ("order", "starts", "shared_blocks", "shared_len"):
-                assert np.array_equal(getattr(got, field), getattr(want, field)), (family, trial, field)
+        depth = np.zeros(len(lens), np.int64)
+        rows, label = pg._refine(table, usable, np.flatnonzero(usable > 0), depth)
+        want = pg._assemble(rows, label, depth, 16)
+        got = find_shared_groups(table, lens, 16)
+        for field in ("order", "starts", "shared_blocks", "shared_len"):
+            assert np.array_equal(getattr(got, field), getattr(want, field)), (family, trial, field)
+        nested += len(pg._flat_classes(table, usable)[3]) > 0
     if family == "independent prompts":
-        assert declined == 0  # decode steps of independent prompts (>= 1 generated token) never take the slow path
+        assert nested == 0  # decode steps of independent prompts (>= 1 generated token) are all flat
     else:
-        assert declined > 0
+        assert nested > 0
 
 
 def test_plan_items_cover_each_groups_keys_and_rows_once():

@@ -90,71 +90,77 @@ def find_shared_groups(block_table: np.ndarray, seq_lens: np.ndarray, block_size
     shares only a system prompt with other groups is not merged into them). Groups are ordered by
     their first request, members ascending.
 
-    Tables without nested groups are grouped without a loop over the groups (:func:`_flat_groups`),
-    any other by the recursive split (:func:`_groups_by_refinement`), with the same result.
+    The requests that share their first block form a class; a flat class (all its members share the
+    same leading blocks and no two share more) is one group, found for all classes at once by one
+    vectorised compare (:func:`_flat_classes`); only nested classes go through the recursive split
+    (:func:`_refine`), with the same result as splitting everything (~3.5 -> ~1 ms of CPU at 2,048
+    requests in 128 groups).
     """
     usable = np.maximum((np.asarray(seq_lens, dtype=np.int64) - 1) // block_size, 0)
     usable = np.minimum(usable, block_table.shape[1])
-    return _flat_groups(block_table, usable, block_size) or _groups_by_refinement(block_table, usable, block_size)
+    rows, label, depth, nested = _flat_classes(block_table, usable)
+    if len(nested):
+        more_rows, more_label = _refine(block_table, usable, nested, depth)
+        rows = np.concatenate([rows, more_rows])
+        label = np.concatenate([label, more_label + (int(label.max()) + 1 if len(label) else 0)])
+    return _assemble(rows, label, depth, block_size)
 
 
-def _flat_groups(block_table: np.ndarray, usable: np.ndarray, block_size: int) -> SharedGroups | None:
-    """The grouping when no group nests in another (the requests that share a first block all share
-    the same leading blocks and no two of them share more), or None for a table with nesting.
+def _flat_classes(block_table: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The groups of the flat first-block classes and the rows of the nested ones.
 
-    One vectorised compare of every request's row with its first-block leader's: ~10x less CPU than
-    the recursive split at 2,048 requests in 128 groups (vLLM's tables of independent prompts, each
-    with its own n samples).
+    Returns ``(rows, label, depth [T], nested)``: the grouped rows of flat classes with their group
+    label, every request's shared blocks (set at those rows), and the rows of classes that nest (a
+    member sharing fewer blocks with the class's first request than the others do, or two members
+    sharing a block past the class's depth), left to :func:`_refine`.
     """
     T = len(usable)
+    depth = np.zeros(T, dtype=np.int64)
+    empty = np.zeros(0, np.int64)
     rows = np.flatnonzero(usable > 0)
-    no_groups = _assemble(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(T, np.int64), block_size)
     if len(rows) < 2:
-        return no_groups
+        return empty, empty, depth, empty
     first = block_table[rows, 0]
     by_first = np.lexsort((rows, first))
     rows, first = rows[by_first], first[by_first]
     new_class = np.ones(len(rows), dtype=bool)
     new_class[1:] = first[1:] != first[:-1]
     label = np.cumsum(new_class) - 1
-    size = np.bincount(label)
-    keep = size[label] > 1
-    if not keep.any():
-        return no_groups
-    rows, label = rows[keep], label[keep]
-    leader = rows[np.flatnonzero(np.r_[True, label[1:] != label[:-1]])][np.unique(label, return_inverse=True)[1]]
+    keep = np.bincount(label)[label] > 1
+    rows, label, new_class = rows[keep], label[keep], new_class[keep]
+    if len(rows) == 0:
+        return empty, empty, depth, empty
+    new_class[0] = True
+    leader = rows[new_class][np.cumsum(new_class) - 1]  # each class's first (smallest) request
     width = int(usable[rows].max())
     limit = np.minimum(usable[rows], usable[leader])
-    same = (block_table[rows, :width] == block_table[leader, :width]) & (np.arange(width) < limit[:, None])
+    table = np.ascontiguousarray(block_table[:, :width])
+    same = (table.take(rows, axis=0) == table.take(leader, axis=0)) & (np.arange(width) < limit[:, None])
     lcp = np.where(same.all(axis=1), width, same.argmin(axis=1))
     is_leader = rows == leader
     lcp[is_leader] = -1
-    depth_of = np.full(label.max() + 1, -1, dtype=np.int64)
-    np.maximum.at(depth_of, label, lcp)  # the members' common depth (equal in a flat class)
-    d = depth_of[label]
-    if (lcp[~is_leader] != d[~is_leader]).any():
-        return None  # members share different depths with their leader: a nested class
+    class_depth = np.full(int(label.max()) + 1, -1, dtype=np.int64)
+    np.maximum.at(class_depth, label, lcp)  # the members' common depth (equal in a flat class)
+    d = class_depth[label]
+    bad = np.zeros(len(class_depth), dtype=bool)
+    bad[label[~is_leader & (lcp != d)]] = True  # members share different depths with the first request
     longer = usable[rows] > d
-    next_blocks = np.sort(label[longer] * (int(block_table.max()) + 1) + block_table[rows[longer], d[longer]])
-    if (next_blocks[1:] == next_blocks[:-1]).any():
-        return None  # two members share a block past the class's depth: a group nested inside
-    depth = np.zeros(T, dtype=np.int64)
-    depth[rows] = d
-    return _assemble(rows, label, depth, block_size)
+    keys = label[longer] * (int(block_table.max()) + 1) + block_table[rows[longer], d[longer]]
+    keys.sort()
+    bad[keys[1:][keys[1:] == keys[:-1]] // (int(block_table.max()) + 1)] = True  # a group nested inside
+    flat = ~bad[label]
+    depth[rows[flat]] = d[flat]
+    return rows[flat], label[flat], depth, rows[~flat]
 
 
-def _groups_by_refinement(block_table: np.ndarray, usable: np.ndarray, block_size: int) -> SharedGroups:
-    """The grouping of any block table: sets of requests that agree on their leading blocks are split by
-    the first column where they disagree, recursively (a Python loop over the trie's nodes: ~3 ms at
-    2,048 requests in 128 groups)."""
-    T = len(usable)
+def _refine(block_table: np.ndarray, usable: np.ndarray, candidates: np.ndarray,
+            depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The recursive split of ``candidates`` (whole first-block classes): sets that agree on their
+    leading blocks are split by the first column where they disagree (a Python loop over the trie's
+    nodes). Returns ``(rows, label)`` of the grouped rows and writes their ``depth``."""
     rows_out: list[np.ndarray] = []
     labels: list[np.ndarray] = []
-    depth = np.zeros(T, dtype=np.int64)
-    candidates = np.flatnonzero(usable > 0)
-    stack: list[np.ndarray] = []
-    if len(candidates) > 1:  # first split: by the first block
-        stack.extend(_split_by_column(block_table, candidates, 0))
+    stack = _split_by_column(block_table, candidates, 0) if len(candidates) > 1 else []
     while stack:
         rows = stack.pop()
         limit = int(usable[rows].min())
@@ -171,8 +177,8 @@ def _groups_by_refinement(block_table: np.ndarray, usable: np.ndarray, block_siz
             labels.append(np.full(len(rest), len(labels)))
             depth[rest] = level
     if not rows_out:
-        return _assemble(np.zeros(0, np.int64), np.zeros(0, np.int64), depth, block_size)
-    return _assemble(np.concatenate(rows_out), np.concatenate(labels), depth, block_size)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(rows_out), np.concatenate(labels)
 
 
 def _assemble(rows: np.ndarray, label: np.ndarray, depth: np.ndarray, block_size: int) -> SharedGroups:
