@@ -52,6 +52,10 @@ def test_one_worker_per_gpu_and_every_sample_exactly_once(pool: RaySampler):
     info = pool.worker_info()
     assert len(info) == 2 and len({w["pid"] for w in info}) == 2
     assert sorted(tuple(w["gpu_ids"]) for w in info) == [(0,), (1,)]
+    # where the start went: each worker's own build + model load, inside the time it took to come up
+    assert all(0 < w["init_s"] <= w["ready_s"] for w in info)
+    t = pool.timings
+    assert t["first_worker_ready_s"] <= t["workers_ready_s"] and 0 < t["worker_init_s"] <= t["workers_ready_s"]
     batches = list(pool.sample([SampleRequest(p, (0, 1, 2), i) for i, p in enumerate(PROBLEMS[:4])]))
     keys = _keys(batches)
     assert set(keys) == {(p.problem_id, j) for p in PROBLEMS[:4] for j in range(3)} and max(keys.values()) == 1

@@ -14,7 +14,7 @@ one task at a time.
 
 Start-up: :meth:`RaySampler.prestart` starts Ray and the actors and returns at once (the runner calls it
 before the task's data load, so the actors' imports and engine start overlap it); ``timings`` records
-``ray_init_s`` and ``workers_ready_s``. Inside ``shared_engines()`` (a sweep) the actors outlive each
+``ray_init_s``, ``workers_ready_s`` and where the slowest worker's start went (:meth:`RaySampler._start_figures`). Inside ``shared_engines()`` (a sweep) the actors outlive each
 experiment: later experiments with the same model and options reuse them.
 
 Failures: when a worker process dies (killed, out of memory, node lost) the samples of its
@@ -62,6 +62,7 @@ class _Worker:
     def __init__(self, spec: GeneratorSpec, options: dict[str, Any], expected_sharing: float | None = None) -> None:
         from ..core.plugins import build_plugin
 
+        began = time.perf_counter()
         self.sampler = build_plugin(SAMPLERS, spec.backend, f"generators[id={spec.id}].options.backend", spec=spec,
                                     **options)
         if expected_sharing is not None and hasattr(self.sampler, "expected_sharing"):
@@ -69,6 +70,9 @@ class _Worker:
         load = getattr(self.sampler, "load", None)
         if load is not None:
             load()  # a model that cannot load fails the actor's start, and so the run
+        # where a worker's start goes: building + loading the inner sampler, of which the engine's own start
+        self.start = {"init_s": round(time.perf_counter() - began, 3),
+                      "engine_start_s": getattr(self.sampler, "engine_start_s", None)}
         self._feed: queue.Queue = queue.Queue()
         self._routes: dict[int, queue.Queue] = {}
         self._tasks = itertools.count()
@@ -79,7 +83,7 @@ class _Worker:
         import ray
 
         context = ray.get_runtime_context()
-        return {"pid": os.getpid(), "node_id": context.get_node_id(), "gpu_ids": ray.get_gpu_ids()}
+        return {"pid": os.getpid(), "node_id": context.get_node_id(), "gpu_ids": ray.get_gpu_ids(), **self.start}
 
     def sample(self, requests: list[SampleRequest], spec: GeneratorSpec) -> Iterator[list[Candidate]]:
         if not hasattr(self.sampler, "serve"):
@@ -270,10 +274,27 @@ class RaySampler(Sampler):
             return
         import ray
 
-        infos = ray.get([h.ready for h in starting])  # raises if a worker cannot start (e.g. its model)
-        for handle, info in zip(starting, infos):
-            handle.info, handle.ready = info, None
-        self.timings.setdefault("workers_ready_s", round(time.perf_counter() - self._prestarted, 3))
+        pending = {h.ready: h for h in starting}
+        while pending:  # one at a time, to know when each came up
+            done, _ = ray.wait(list(pending), num_returns=1)
+            handle = pending.pop(done[0])
+            handle.info, handle.ready = ray.get(done[0]), None  # raises if a worker cannot start (e.g. its model)
+            handle.info["ready_s"] = round(time.perf_counter() - self._prestarted, 3)
+        if "workers_ready_s" not in self.timings:
+            self.timings.update(self._start_figures([h.info for h in starting]))
+
+    @staticmethod
+    def _start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
+        """``workers_ready_s`` (the last worker up, from :meth:`prestart`), ``first_worker_ready_s``, and the
+        slowest worker's ``worker_init_s`` (its inner sampler built and loaded) and ``worker_engine_start_s``
+        (the engine's own start inside that), all seconds: the rest of a start is Ray's (process, imports)."""
+        figures = {"workers_ready_s": max(i["ready_s"] for i in infos),
+                   "first_worker_ready_s": min(i["ready_s"] for i in infos),
+                   "worker_init_s": max(i.get("init_s") or 0.0 for i in infos)}
+        engine = [i["engine_start_s"] for i in infos if i.get("engine_start_s") is not None]
+        if engine:
+            figures["worker_engine_start_s"] = max(engine)
+        return figures
 
     def _default_workers(self, resources: dict[str, float]) -> int:
         if self.num_gpus_per_worker > 0:
