@@ -5,6 +5,7 @@
 #   STAGES="setup" bash benchmarks/gpu_lanes.sh        # unpack, import check, GPU kernel tests
 #   STAGES="single" bash benchmarks/gpu_lanes.sh       # #31: Monkeys 1B / 8B tables, cached restart, product path
 #   STAGES="multi" bash benchmarks/gpu_lanes.sh        # #32: data parallel 1, 2, 4 GPUs; FP8 and TP greedy parity
+#   STAGES="diag1" bash benchmarks/gpu_lanes.sh        # one GPU: a Ray worker's start split, cold and cached; 1B planning
 #   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # #32: the 70B shape at tensor parallel 4, ours vs vLLM's attention
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
 set -o pipefail
@@ -53,6 +54,20 @@ for s in ${STAGES:-setup}; do
       CUDA_VISIBLE_DEVICES=0,1 timeout 200 $R --variants ray-2g --workdir "$W/dp2" --out "$W/dp_2.json" > "$W/dp2.log" 2>&1
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 150 $R --variants ray-4g --workdir "$W/dp4" --out "$W/dp_4.json" > "$W/dp4.log" 2>&1
       cat "$W/lanes.txt"; summary "$W"/*.log; grep -h '"variant"' "$W"/dp*.log | cut -c1-400 ;;
+    diag1)  # one GPU: where a Ray worker's start goes, cold and with the filled engine cache, against a direct
+      # engine; then the 1B natural Monkeys job for ours' planning time per decode step
+      R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 32 --samples 128 \
+         --max-tokens 64 --shots 4 --engine-cache $CACHE"
+      for run in cold warm; do
+        variants=ray-1; [ $run = warm ] && variants=ray-1,direct
+        timeout 220 $R --variants $variants --baseline ray-1 --workdir "$W/$run" --out "$OUT/ray1_$run.json" > "$W/$run.log" 2>&1
+        grep -h '"variant"' "$W/$run.log" | cut -c1-600
+        tail -c 30000 /tmp/ray/session_latest/logs/worker-*.err > "$OUT/ray1_${run}_worker.err" 2>/dev/null
+      done
+      timeout 220 $PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE \
+        --presets 1b --n 1b:64 --variants natural --columns ours --workdir "$W/1b" --out "$OUT/monkeys_1b_plan.json" \
+        > "$W/1b.log" 2>&1
+      summary "$W"/*.log ;;
     tp70b)
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout "$T" $PY benchmarks/vllm_attention_auto.py --presets 70b --tp 4 --once \
         --same-engine --jobs "${JOBS70:-8x128x2048x128,32x64x1024x128,256x1x2048x128}" \
