@@ -59,7 +59,7 @@ for s in ${STAGES:-setup}; do
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 32 --samples 128 \
          --max-tokens 64 --shots 4 --engine-cache $CACHE"
       for run in cold warm; do
-        variants=ray-1; [ $run = warm ] && variants=ray-1,direct
+        variants=ray-1; [ $run = warm ] && variants=ray-1,ray-1-inproc,direct
         timeout 220 $R --variants $variants --baseline ray-1 --workdir "$W/$run" --out "$OUT/ray1_$run.json" > "$W/$run.log" 2>&1
         grep -h '"variant"' "$W/$run.log" | cut -c1-600
         tail -c 30000 /tmp/ray/session_latest/logs/worker-*.err > "$OUT/ray1_${run}_worker.err" 2>/dev/null

@@ -10,7 +10,10 @@ prompt (a few-shot header every problem shares: 16 shots are ~2.6k tokens). Vari
 - ``direct-vllm``: the same with ``attention: vllm`` (vLLM's own attention);
 - ``ray-1``: ``backend: ray`` with one vLLM worker holding the GPU;
 - ``ray-2``: two vLLM workers sharing the GPU (``num_gpus_per_worker: 0.5``, each 0.42 of its memory);
-- ``ray-Ng`` (N = 2, 4, 8, ...): N vLLM workers of one GPU each (data parallel).
+- ``ray-Ng`` (N = 2, 4, 8, ...): N vLLM workers of one GPU each (data parallel);
+- ``...-inproc`` (e.g. ``ray-1-inproc``, ``ray-4g-inproc``): the same with each worker's engine core in the
+  actor's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` through the job's ``runtime_env``; inside a Ray
+  actor vLLM otherwise spawns the engine core, which imports torch and vLLM again).
 
 ``--engine-cache DIR`` gives every engine the same start-up cache directory (``engine_cache``).
 
@@ -52,9 +55,12 @@ def variant(name: str, engine: dict) -> dict:
     if name == "ray-2":
         return {"backend": "ray", "options": {"backend": "vllm", "backend_options": {**engine, "gpu_memory_utilization": 0.42},
                                               "num_workers": 2, "num_gpus_per_worker": 0.5}}
-    workers = int(name[len("ray-"):].rstrip("g"))
-    return {"backend": "ray", "options": {"backend": "vllm", "backend_options": engine, "num_workers": workers,
-                                          "num_gpus_per_worker": 1}}
+    base, _, inproc = name.partition("-inproc")
+    workers = int(base[len("ray-"):].rstrip("g"))
+    options = {"backend": "vllm", "backend_options": engine, "num_workers": workers, "num_gpus_per_worker": 1}
+    if name.endswith("-inproc"):  # the engine core inside the actor: vLLM spawns it otherwise (re-importing torch, vLLM)
+        options["runtime_env"] = {"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
+    return {"backend": "ray", "options": options}
 
 
 def few_shot_header(gsm8k: Path, shots: int) -> str | None:
