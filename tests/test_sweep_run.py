@@ -6,8 +6,6 @@ import io
 import json
 import os
 import signal
-import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -120,7 +118,7 @@ def test_a_failing_point_is_retried_recorded_and_never_stops_the_others(tmp_path
     assert {r["name"]: r["attempts"] for r in sweep_status(out)["points"]} == {"model=smol": 1, "model=broken": 4}
 
 
-def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path):
+def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path, monkeypatch):
     sweep_file = write_sweep(tmp_path / "temps.yaml", {"generators[0].temperature": [0.3, 1.2]}, problems=3,
                              max_tokens=12)
     data = yaml.safe_load(sweep_file.read_text())
@@ -129,17 +127,22 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path):
     sweep_file.write_text(yaml.safe_dump(data, sort_keys=False))
     out = tmp_path / "sweep"
     second = out / "temperature=1.2" / "candidates"
+    append_chunk = ExperimentStore.append_chunk
+    interrupted = []
 
-    def interrupt_once_the_second_point_has_a_chunk():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (second.is_dir() and any(second.glob("part-*.parquet"))):
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
+    def ctrl_c_after_the_second_points_first_chunk(store, kind, table):
+        """Ctrl-C the moment the second point has stored its first chunk (not polled: a fast machine
+        finishes the point between two polls)."""
+        written = append_chunk(store, kind, table)
+        if kind == "candidates" and store.root.name == "temperature=1.2" and not interrupted:
+            interrupted.append(written)
+            os.kill(os.getpid(), signal.SIGINT)
+        return written
 
-    watcher = threading.Thread(target=interrupt_once_the_second_point_has_a_chunk, daemon=True)
-    watcher.start()
+    monkeypatch.setattr(ExperimentStore, "append_chunk", ctrl_c_after_the_second_points_first_chunk)
     assert main(["sweep", str(sweep_file), "--out", str(out), "--no-progress"]) == 130
-    watcher.join()
+    assert len(interrupted) == 1
+    monkeypatch.setattr(ExperimentStore, "append_chunk", append_chunk)
     assert active_pool() is None  # the engines were closed
     manifest = json.loads((out / "sweep.json").read_text())
     assert manifest["runs"][-1]["outcome"] == "interrupted"
