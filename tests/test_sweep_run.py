@@ -140,7 +140,12 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path, monkeypatch):
         return written
 
     monkeypatch.setattr(ExperimentStore, "append_chunk", ctrl_c_after_the_second_points_first_chunk)
-    assert main(["sweep", str(sweep_file), "--out", str(out), "--no-progress"]) == 130
+    # Python's own Ctrl-C handler, also when the suite was started with SIGINT ignored (`cmd &` in a script)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(["sweep", str(sweep_file), "--out", str(out), "--no-progress"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(interrupted) == 1
     monkeypatch.setattr(ExperimentStore, "append_chunk", append_chunk)
     assert active_pool() is None  # the engines were closed
