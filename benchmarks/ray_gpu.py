@@ -46,6 +46,11 @@ def shape_with_tokenizer(preset: str, tokenizer: Path, out: Path) -> Path:
     return shape_dir(preset, out, tokenizer)
 
 
+ENGINE_IN_ACTOR = {"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
+"""Ray ``runtime_env`` keeping each worker's vLLM engine core in the actor's process (vLLM spawns it
+inside an actor otherwise, importing torch and vLLM again)."""
+
+
 def variant(name: str, engine: dict) -> dict:
     """The generator's backend and options for variant ``name`` (module docstring)."""
     if name == "direct":
@@ -58,8 +63,8 @@ def variant(name: str, engine: dict) -> dict:
     base, _, inproc = name.partition("-inproc")
     workers = int(base[len("ray-"):].rstrip("g"))
     options = {"backend": "vllm", "backend_options": engine, "num_workers": workers, "num_gpus_per_worker": 1}
-    if name.endswith("-inproc"):  # the engine core inside the actor: vLLM spawns it otherwise (re-importing torch, vLLM)
-        options["runtime_env"] = {"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
+    if name.endswith("-inproc"):
+        options["runtime_env"] = ENGINE_IN_ACTOR
     return {"backend": "ray", "options": options}
 
 

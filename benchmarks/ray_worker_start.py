@@ -26,6 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from ray_gpu import ENGINE_IN_ACTOR  # noqa: E402
 
 MODES = ("direct", "spawn", "inproc")
 
@@ -49,7 +52,7 @@ def measure(model: str, mode: str, cpu: bool, cache: str) -> dict:
         sampler.load()
         figures = {"engine_start_s": sampler.engine_start_s}
     else:
-        env = {"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}} if mode == "inproc" else None
+        env = ENGINE_IN_ACTOR if mode == "inproc" else None
         sampler = RaySampler(spec.model_copy(update={"backend": "ray"}), backend="vllm", backend_options=options,
                              num_workers=1, num_gpus_per_worker=0 if cpu else 1, runtime_env=env,
                              init_options={"num_cpus": 2} if cpu else {})

@@ -145,9 +145,9 @@ def _flat_classes(block_table: np.ndarray, usable: np.ndarray) -> tuple[np.ndarr
     bad = np.zeros(len(class_depth), dtype=bool)
     bad[label[~is_leader & (lcp != d)]] = True  # members share different depths with the first request
     longer = usable[rows] > d
-    keys = label[longer] * (int(block_table.max()) + 1) + block_table[rows[longer], d[longer]]
-    keys.sort()
-    bad[keys[1:][keys[1:] == keys[:-1]] // (int(block_table.max()) + 1)] = True  # a group nested inside
+    stride = int(block_table.max()) + 1
+    keys = np.sort(label[longer] * stride + block_table[rows[longer], d[longer]])
+    bad[keys[1:][keys[1:] == keys[:-1]] // stride] = True  # a group nested inside
     flat = ~bad[label]
     depth[rows[flat]] = d[flat]
     return rows[flat], label[flat], depth, rows[~flat]
