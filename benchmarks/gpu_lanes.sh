@@ -4,7 +4,9 @@
 # of deploy/gpu_bundle.sh is in /tmp/vl (docs/gpu.md), from the checkout's root:
 #   STAGES="setup" bash benchmarks/gpu_lanes.sh        # unpack, import check, GPU kernel tests
 #   STAGES="single" bash benchmarks/gpu_lanes.sh       # #31: Monkeys 1B / 8B tables, cached restart, product path
-#   STAGES="multi" bash benchmarks/gpu_lanes.sh        # #32: data parallel 1, 2, 4 GPUs; FP8 and TP greedy parity
+#   STAGES="warm" bash benchmarks/gpu_lanes.sh         # #32: fill the engine cache for the data-parallel engine
+#   STAGES="dp" bash benchmarks/gpu_lanes.sh           # #32: data parallel, 1 GPU (in the actor / spawned) and 2 GPUs
+#   STAGES="dp4" bash benchmarks/gpu_lanes.sh          # #32: data parallel on 4 GPUs; TP greedy-parity control
 #   STAGES="diag1" bash benchmarks/gpu_lanes.sh        # one GPU: a Ray worker's start split, cold and cached; 1B planning
 #   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # #32: the 70B shape at tensor parallel 4, ours vs vLLM's attention
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
@@ -32,8 +34,8 @@ for s in ${STAGES:-setup}; do
       nvidia-smi -L | tee -a "$W/setup.log"
       $PY -c "from monkeybarrel.core.models import resolve_model; print(resolve_model('/tmp/smol.gguf'))" 2>&1 | tail -1
       $PY benchmarks/model_shapes.py 1b --tokenizer /tmp/tokenizer --out /tmp/gpu_model_1b
-      CUDA_VISIBLE_DEVICES=0 MONKEYBARREL_GPU_MODEL=/tmp/gpu_model_1b timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider \
-        -k "fp8 or replayed or layout0" tests/test_kernels_paged.py 2>&1 | tee "$W/tests.log" | tail -5 ;;
+      [ -n "$SETUP_TESTS" ] && CUDA_VISIBLE_DEVICES=0 MONKEYBARREL_GPU_MODEL=/tmp/gpu_model_1b timeout 300 $PY -m pytest -q \
+        -m gpu -p no:cacheprovider -k "fp8 or replayed or layout0" tests/test_kernels_paged.py 2>&1 | tee "$W/tests.log" | tail -5 ;;
     single)  # the 8B product-path lane also fills the engine cache for the Ray workers' engine (same options)
       M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE"
       lane mk1b 0 $M --presets 1b --n 1b:64 --columns vllm_tuned,ours --tuned 2048:32768 --restart \
@@ -44,16 +46,27 @@ for s in ${STAGES:-setup}; do
           --problems 64 --samples 64 --max-tokens 128 --shots 16 --variants direct-vllm,direct \
           --baseline direct-vllm --engine-cache $CACHE --workdir $W/product --out $W/product_path.json
       wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
-    multi)  # data parallel 1 -> 2 -> 4 GPUs one after another (the parity runs beside the first)
+    warm)  # fill the engine cache for the data-parallel workers' engine (8B, 2,048 sequences: same compile key)
+      timeout 300 $PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --samples 256 \
+        --variants ray-1-inproc --only-warmup --engine-cache $CACHE --workdir "$W/warm" > "$W/warm.log" 2>&1
+      echo "warm-up exit $?"; grep -h '"variant"' "$W/warm.log" | cut -c1-600 ;;
+    dp)  # data parallel, #32's job (8B, 128 x 256 x $DPTOK tokens): 1 GPU with the engine core in the actor and
+      # spawned (the default until measured), 2 GPUs in the actor, side by side on one host
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
-         --max-tokens 64 --shots 4 --engine-cache $CACHE"
-      lane fp8parity 1 $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k $GSM --out "$W/parity_fp8.json"
-      lane tpparity 2,3 $PY benchmarks/greedy_parity.py --mode tp --gguf /tmp/smol.gguf --gsm8k $GSM --out "$W/parity_tp.json"
-      CUDA_VISIBLE_DEVICES=0 timeout 300 $R --variants ray-1 --workdir "$W/dp1" --out "$W/dp_1.json" > "$W/dp1.log" 2>&1
-      wait
-      CUDA_VISIBLE_DEVICES=0,1 timeout 200 $R --variants ray-2g --workdir "$W/dp2" --out "$W/dp_2.json" > "$W/dp2.log" 2>&1
-      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout 150 $R --variants ray-4g --workdir "$W/dp4" --out "$W/dp_4.json" > "$W/dp4.log" 2>&1
-      cat "$W/lanes.txt"; summary "$W"/*.log; grep -h '"variant"' "$W"/dp*.log | cut -c1-400 ;;
+         --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"
+      lane dp1 0 $R --variants ray-1-inproc --workdir "$W/dp1" --out "$OUT/dp_1.json"
+      lane dp1spawn 3 $R --variants ray-1 --workdir "$W/dp1s" --out "$OUT/dp_1_spawn.json"
+      lane dp2 1,2 $R --variants ray-2g-inproc --workdir "$W/dp2" --out "$OUT/dp_2.json"
+      wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-700 ;;
+    dp4)  # data parallel on 4 GPUs (same job), then the TP greedy-parity control on the 4 GPUs (two waves)
+      R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
+         --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-280} $R --variants ray-4g-inproc --workdir "$W/dp4" \
+        --out "$OUT/dp_4.json" > "$W/dp4.log" 2>&1
+      grep -h '"variant"' "$W/dp4.log" | cut -c1-700
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_TP:-280} $PY benchmarks/greedy_parity.py --mode tp --gguf /tmp/smol.gguf \
+        --gsm8k $GSM --out "$OUT/parity_tp.json" > "$W/tpparity.log" 2>&1
+      echo "tp parity exit $?"; summary "$W/tpparity.log" ;;
     diag1)  # one GPU: where a Ray worker's start goes, cold and with the filled engine cache, against a direct
       # engine; then the 1B natural Monkeys job for ours' planning time per decode step
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 32 --samples 128 \
@@ -74,6 +87,6 @@ for s in ${STAGES:-setup}; do
         --out "$W/tp4_70b.json" > "$W/tp70b.log" 2>&1
       grep -vE "^(INFO|WARNING|DEBUG|\(EngineCore|\(Worker|\(raylet|\(pid=)" "$W/tp70b.log" | tail -25 ;;
   esac
-  tar -C "$W" --exclude='model_*' --exclude='*.safetensors' -cJf "$OUT/$s.tar.xz" . 2>/dev/null
+  find "$W" -name '*.log' -o -name '*.txt' -o -name 'manifest.json' | tar -cJf "$OUT/$s.tar.xz" -T - 2>/dev/null
   echo "== stage $s: $(( $(date +%s) - t0 ))s"
 done

@@ -167,12 +167,36 @@ def kernel_speed() -> dict:
 
 
 def spawn(spec: dict) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--engine", json.dumps(spec)], capture_output=True, text=True)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if proc.returncode or line is None:
-        sys.stderr.write(proc.stderr[-6000:])
-        raise SystemExit(f"engine {spec['engine']} failed (exit {proc.returncode})")
-    return json.loads(line[7:])
+    return spawn_side_by_side({"run": (spec, None)})["run"]
+
+
+def spawn_side_by_side(runs: dict[str, tuple[dict, str | None]]) -> dict[str, dict]:
+    """Each ``name: (spec, devices)`` as its own engine process at once (``devices``: its CUDA_VISIBLE_DEVICES,
+    None = this process's); their results by name."""
+    procs = {}
+    for name, (spec, devices) in runs.items():
+        env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": devices} if devices is not None else {}))
+        procs[name] = subprocess.Popen([sys.executable, __file__, "--engine", json.dumps(spec)], env=env, text=True,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    results = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate()
+        line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+        if proc.returncode or line is None:
+            sys.stderr.write(err[-6000:])
+            raise SystemExit(f"engine {name} ({runs[name][0]['engine']}) failed (exit {proc.returncode})")
+        results[name] = json.loads(line[7:])
+    return results
+
+
+def tp_waves(devices: list[str]) -> list[dict[str, str | None]]:
+    """Which TP-parity engines run together on ``devices``: with 4 or more, both TP 2 engines side by side, then
+    both TP 1 engines; else one at a time (None: every visible device)."""
+    names = [f"{attention}_tp{tp}" for tp in (2, 1) for attention in ("monkeybarrel", "vllm")]
+    if len(devices) < 4:
+        return [{name: None} for name in names]
+    pairs = [",".join(devices[0:2]), ",".join(devices[2:4])]
+    return [{names[0]: pairs[0], names[1]: pairs[1]}, {names[2]: devices[0], names[3]: devices[2]}]
 
 
 def main() -> None:
@@ -198,9 +222,15 @@ def main() -> None:
         report = {"mode": "fp8", **compare(runs["bf16"]["tokens"], runs["fp8"]["tokens"]), "kernel": kernel_speed()}
     else:
         wide = str(widen_heads(model, Path("/tmp/smollm2_wide"), 12, 4))
-        runs = {f"{attention}_tp{tp}": spawn({**base, "model": wide, "attention": attention,
-                                               "engine": {"tensor_parallel_size": tp} if tp > 1 else {}})
-                for attention in ("monkeybarrel", "vllm") for tp in (1, 2)}
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        runs = {}
+        for wave in tp_waves([d for d in visible.split(",") if d.strip()]):
+            specs = {}
+            for name, devices in wave.items():
+                attention, tp = name.rsplit("_tp", 1)
+                specs[name] = ({**base, "model": wide, "attention": attention,
+                                "engine": {"tensor_parallel_size": int(tp)} if tp != "1" else {}}, devices)
+            runs.update(spawn_side_by_side(specs))
         tokens = {k: v["tokens"] for k, v in runs.items()}
         report = {"mode": "tp", **compare(tokens["monkeybarrel_tp1"], tokens["monkeybarrel_tp2"]),
                   # the control: vLLM's own attention across the same TP change, and ours against vLLM's at each TP

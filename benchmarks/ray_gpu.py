@@ -131,12 +131,18 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/ray_gpu"))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--warmup", action="store_true",
-                    help="first run the direct variant on 4 problems, untimed: the compile caches (torch.compile, "
-                         "Triton) are then warm for every timed variant, whichever runs first")
+                    help="first run the first variant on 8 problems x 16 tokens, untimed: the compile caches "
+                         "(torch.compile, Triton) are then warm for every timed variant with the same engine "
+                         "(8 x the samples should reach max_num_seqs, 2,048: the graph sizes are part of the key)")
+    ap.add_argument("--only-warmup", action="store_true", help="the warm-up alone (fill --engine-cache, then stop)")
     args = ap.parse_args()
     model = shape_with_tokenizer(args.preset, args.tokenizer, args.workdir / f"{args.preset}_model")
-    if args.warmup:
-        run_variant("direct", model, argparse.Namespace(**{**vars(args), "problems": 4}), args.workdir / "warmup")
+    if args.warmup or args.only_warmup:
+        first = args.variants.split(",")[0]
+        run_variant(first, model, argparse.Namespace(**{**vars(args), "problems": 8, "max_tokens": 16}),
+                    args.workdir / "warmup")
+        if args.only_warmup:
+            return
     results = {}
     for name in args.variants.split(","):
         results[name] = run_variant(name, model, args, args.workdir)

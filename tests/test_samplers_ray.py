@@ -137,6 +137,55 @@ def test_work_is_sized_by_tokens_and_split_fairly_between_workers():
     assert embedded.num_gpus_per_worker == 0.0 and embedded.worker_tokens() == 2 * 16 * (100 + 256)
 
 
+@pytest.mark.parametrize("workers,starting", [(1, 0), (2, 0), (4, 0), (3, 1), (1, 3)])
+def test_every_worker_gets_its_share_of_the_job_and_late_workers_find_theirs(workers: int, starting: int):
+    """The measured #32 job shape (128 problems x 256 samples x 64 tokens): N workers each hold 1/N of it (one
+    worker: its engine's room), whether they are up or still starting (one up first does not take a late one's).
+    Before, a worker's second task took a second share: 2 workers split 80/48 problems, 4 workers 64/64/0/0."""
+    from monkeybarrel.samplers.ray_pool import _Handle, _Todo
+
+    spec = GeneratorSpec(id="g", max_tokens=64, num_samples=256)
+    sampler = RaySampler(spec, backend="vllm", backend_options={"engine_kwargs": {"max_num_seqs": 2048}})
+    problems = [Problem(f"q{i}", "arithmetic", prompt="x" * (400 + 40 * (i % 7))) for i in range(128)]
+    todo = _Todo((r, sampler.request_tokens(r)) for r in (SampleRequest(p, tuple(range(256)), i)
+                                                          for i, p in enumerate(problems)))
+    total = todo.tokens
+    sampler.workers = [_Handle(None, 0.0) for _ in range(workers)] + [
+        _Handle(None, 0.0, ready=object()) for _ in range(starting)]
+    held = Counter()
+    for handle, batch in sampler._hand_out(todo):
+        held[id(handle)] += sum(t for _, t in batch)
+    assert len(held) == workers  # only live workers get tasks
+    share = min(total / (workers + starting), sampler.worker_tokens())  # one worker: its engine's room
+    problem = max(sampler.request_tokens(r) for r, _ in todo) if todo else 16_600
+    assert all(abs(tokens - share) < problem for tokens in held.values())  # within one problem's tokens
+    assert todo.tokens == pytest.approx(total - sum(held.values()))
+    # a worker that comes up late finds its share, and the others take no more than they hold
+    for handle in sampler.workers:
+        handle.ready = None
+    late = [(h, b) for h, b in sampler._hand_out(todo)]
+    assert {id(h) for h, _ in late} <= {id(h) for h in sampler.workers[workers:]}
+    assert not todo or starting == 0
+
+
+def test_a_worker_holds_no_more_than_its_engine_room_of_a_large_job():
+    from monkeybarrel.samplers.ray_pool import _Handle, _Todo
+
+    spec = GeneratorSpec(id="g", max_tokens=100, num_samples=8)
+    sampler = RaySampler(spec, backend="vllm", backend_options={"engine_kwargs": {"max_num_seqs": 16}})
+    todo = _Todo((SampleRequest(Problem(f"q{i}", "arithmetic", prompt="y" * 40), tuple(range(8)), i), 810.0)
+                 for i in range(1000))
+    sampler.workers = [_Handle(None, 0.0) for _ in range(2)]
+    tasks = sampler._hand_out(todo)
+    room = sampler.worker_tokens()  # 2 x 16 x (100 + 256) = 11,392 tokens: 14 problems of 810, + 1 queued behind
+    for handle in sampler.workers:
+        assert room < handle.tokens <= room + 810 and handle.busy == 2
+    per_worker = room // 810 + 1
+    assert sum(len(b) for _, b in tasks) == 2 * per_worker and len(todo) == 1000 - 2 * per_worker
+    sampler.workers[0].tokens, sampler.workers[0].busy = 0.0, 0  # its task came back: it is served again, alone
+    assert {id(h) for h, _ in sampler._hand_out(todo)} == {id(sampler.workers[0])}
+
+
 def test_a_rebound_pool_samples_with_the_new_settings(pool: RaySampler):
     spec = pool.spec
     try:
@@ -146,3 +195,16 @@ def test_a_rebound_pool_samples_with_the_new_settings(pool: RaySampler):
         assert all(c.completion_tokens <= 3 for b in batches for c in b)
     finally:
         pool.rebind(spec)
+
+
+def test_a_model_that_cannot_load_fails_the_run_with_its_own_error(local_ray, tmp_path: Path):
+    """No worker can start: the first start error is raised (not "no workers left"), as before sampling began."""
+    missing = tmp_path / "no-such-model.gguf"
+    sampler = RaySampler(GeneratorSpec(id="bad", model=str(missing), max_tokens=4), backend_options={"num_threads": 1},
+                         num_workers=2, num_gpus_per_worker=0)  # the pool's workers hold both "GPUs"
+    try:
+        with pytest.raises(Exception, match="no-such-model"):
+            list(sampler.sample([SampleRequest(PROBLEMS[0], (0,), 0)]))
+        assert sampler.stats["start_failures"] == 2 and not sampler.workers
+    finally:
+        sampler.close()

@@ -7,7 +7,10 @@ problem's candidates reach the runner, and so the store, as soon as a worker yie
 Work is handed out by tokens, not by a count of problems: a problem costs its prompt (estimated at 4
 characters a token) plus ``n x max_tokens``; each worker holds up to ``tokens_in_flight`` of them
 (default: twice what its engine decodes at once, e.g. 2 x 2,048 sequences for vLLM with our attention), never
-more than its fair share of what is left, so one worker is filled and two workers split the job.
+more than its fair share: what is not back yet (queued or held by any worker) / the workers, those still
+starting included. So one worker is filled, N workers split the job N ways, and a worker that comes up late
+finds its share waiting (:meth:`RaySampler._hand_out`). Work starts on each worker as soon as it is up, not
+when the last one is.
 A worker whose inner sampler batches continuously (``vllm``: :meth:`VLLMSampler.serve`) runs one
 engine loop fed by all of its tasks, so its batch never drains between tasks; other backends sample
 one task at a time.
@@ -230,8 +233,9 @@ class RaySampler(Sampler):
         self.start_timeout_s = start_timeout_s
         self.runtime_env, self.init_options = runtime_env, dict(init_options or {})
         self.workers: list[_Handle] = []
-        self.stats = {"worker_deaths": 0, "requeued_samples": 0, "restarts": 0}
-        """Worker deaths seen, samples queued again after them, replacement workers started."""
+        self.stats = {"worker_deaths": 0, "requeued_samples": 0, "restarts": 0, "start_failures": 0}
+        """Worker deaths seen, samples queued again after them, replacement workers started, workers that
+        could not start."""
         self.timings: dict[str, float] = {}
         """``ray_init_s`` (joining or starting Ray) and ``workers_ready_s`` (from :meth:`prestart` until every
         first worker has built its sampler, model and engine included)."""
@@ -239,6 +243,8 @@ class RaySampler(Sampler):
         self._started_ray = False
         self._actor_class = None
         self._prestarted: float | None = None
+        self._first_start: list[_Handle] = []  # the workers :meth:`prestart` started (the start figures' cohort)
+        self._start_error: BaseException | None = None
 
     # ---- engine sharing ------------------------------------------------------------------
     def rebind(self, spec: GeneratorSpec) -> None:
@@ -265,23 +271,37 @@ class RaySampler(Sampler):
         self._actor_class = ray.remote(_Worker)
         count = self.num_workers or self._default_workers(ray.cluster_resources())
         self.workers = [self._spawn() for _ in range(count)]
+        self._first_start = list(self.workers)
 
     def load(self) -> None:
         """Start Ray and the workers, and wait until each has loaded its model (raises if one cannot)."""
         self.prestart()
-        starting = [h for h in self.workers if h.ready is not None]
-        if not starting:
-            return
         import ray
 
-        pending = {h.ready: h for h in starting}
-        while pending:  # one at a time, to know when each came up
-            done, _ = ray.wait(list(pending), num_returns=1)
-            handle = pending.pop(done[0])
-            handle.info, handle.ready = ray.get(done[0]), None  # raises if a worker cannot start (e.g. its model)
-            handle.info["ready_s"] = round(time.perf_counter() - self._prestarted, 3)
-        if "workers_ready_s" not in self.timings:
-            self.timings.update(self._start_figures([h.info for h in starting]))
+        starting = {h.ready: h for h in self.workers if h.ready is not None}
+        while starting:  # one at a time, to know when each came up
+            done, _ = ray.wait(list(starting), num_returns=1)
+            error = self._started(starting.pop(done[0]))
+            if error is not None:
+                raise error  # e.g. its model cannot load
+
+    def _started(self, handle: _Handle) -> BaseException | None:
+        """``handle`` finished starting: keep its ``info`` (with ``ready_s``), or retire it and return the error
+        if it could not start. Once every worker of the first start is up (or failed), the start figures."""
+        import ray
+
+        try:
+            handle.info, handle.ready = ray.get(handle.ready), None
+        except Exception as exc:
+            self._retire(handle)
+            self.stats["start_failures"] += 1
+            self._start_error = exc
+            return exc
+        handle.info["ready_s"] = round(time.perf_counter() - self._prestarted, 3)
+        first = [h for h in self._first_start if h.ended is None or h.info]
+        if "workers_ready_s" not in self.timings and all(h.ready is None for h in first) and first:
+            self.timings.update(self._start_figures([h.info for h in first]))
+        return None
 
     @staticmethod
     def _start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
@@ -340,9 +360,9 @@ class RaySampler(Sampler):
 
     def _next_task(self, todo: deque[tuple[SampleRequest, float]], handle: _Handle,
                    share: float) -> list[tuple[SampleRequest, float]]:
-        """(request, tokens) pairs for ``handle``'s next task, taken from ``todo``: up to its free tokens and its
-        fair ``share`` (at least one)."""
-        room = min(self.worker_tokens() - handle.tokens, share)
+        """(request, tokens) pairs for ``handle``'s next task, taken from ``todo``: until it holds its free tokens
+        or its fair ``share`` (tokens it may hold in all), at least one request."""
+        room = min(self.worker_tokens(), share) - handle.tokens
         batch = [todo.popleft()]
         tokens = batch[0][1]
         while todo and tokens + todo[0][1] <= room and (
@@ -350,6 +370,27 @@ class RaySampler(Sampler):
             tokens += todo[0][1]
             batch.append(todo.popleft())
         return batch
+
+    def _hand_out(self, todo: _Todo) -> list[tuple[_Handle, list[tuple[SampleRequest, float]]]]:
+        """Next tasks for the workers that are up, taken from ``todo`` (their tokens and ``busy`` counted in).
+
+        A worker holds at most ``min(worker_tokens(), share)`` tokens, where ``share`` is what is not back yet
+        (``todo`` plus every live worker's held tokens) divided by all workers, starting ones included; an idle
+        worker always gets at least one request. The least loaded worker is served first.
+        """
+        live = sorted((h for h in self.workers if h.ready is None), key=lambda h: h.tokens)
+        if not todo or not live:
+            return []
+        share = math.ceil((todo.tokens + sum(h.tokens for h in live)) / len(self.workers))
+        tasks = []
+        for handle in live:
+            while todo and handle.busy < self.tasks_per_worker and (
+                    handle.busy == 0 or handle.tokens < min(self.worker_tokens(), share)):
+                batch = self._next_task(todo, handle, share)
+                handle.busy += 1
+                handle.tokens += sum(t for _, t in batch)
+                tasks.append((handle, batch))
+        return tasks
 
     # ---- sampling ------------------------------------------------------------------------
     def _sample(self, request: SampleRequest) -> list[Candidate]:
@@ -365,26 +406,21 @@ class RaySampler(Sampler):
         import ray
         from ray.exceptions import RayActorError
 
-        self.load()
+        self.prestart()  # each worker gets work as soon as it is up (:meth:`_hand_out` keeps the others' share)
         todo = _Todo((r, self.request_tokens(r)) for r in requests)
         attempts: dict[str, int] = {}
         inflight: dict[Any, _Task] = {}
         while todo or inflight:
-            live = [h for h in self.workers if h.ready is None]
-            share = math.ceil(todo.tokens / max(len(live), 1))
-            for handle in live:
-                while todo and handle.busy < self.tasks_per_worker and (
-                        handle.busy == 0 or handle.tokens < self.worker_tokens()):
-                    batch = self._next_task(todo, handle, share)
-                    generator = handle.actor.sample.options(num_returns="streaming").remote(
-                        [r for r, _ in batch], self.inner_spec)
-                    inflight[generator] = _Task(handle, {r.problem.problem_id: (r, set(r.sample_indices))
-                                                         for r, _ in batch},
-                                                {r.problem.problem_id: t / len(r.sample_indices) for r, t in batch})
-                    handle.busy += 1
-                    handle.tokens += sum(t for _, t in batch)
+            for handle, batch in self._hand_out(todo):
+                generator = handle.actor.sample.options(num_returns="streaming").remote(
+                    [r for r, _ in batch], self.inner_spec)
+                inflight[generator] = _Task(handle, {r.problem.problem_id: (r, set(r.sample_indices))
+                                                     for r, _ in batch},
+                                            {r.problem.problem_id: t / len(r.sample_indices) for r, t in batch})
             starting = {h.ready: h for h in self.workers if h.ready is not None}
             if not inflight and not starting:
+                if not any(h.info for h in self.workers + self._retired) and self._start_error is not None:
+                    raise self._start_error  # no worker ever started (e.g. the model cannot load)
                 raise RuntimeError(f"no Ray sampler workers left; {len(todo)} problems were not sampled "
                                    "(run again to resume)")
             ready, _ = ray.wait([*inflight, *starting], num_returns=1,
@@ -420,15 +456,6 @@ class RaySampler(Sampler):
                 indices.difference_update(back)
                 task.handle.tokens -= len(back) * task.per_sample.get(pid, 0.0)
                 yield candidates
-
-    def _started(self, handle: _Handle) -> None:
-        """A replacement worker finished starting (or failed to)."""
-        import ray
-
-        try:
-            handle.info, handle.ready = ray.get(handle.ready), None
-        except Exception:
-            self._retire(handle)
 
     def _retire(self, handle: _Handle) -> None:
         handle.ended = time.perf_counter()
