@@ -6,7 +6,8 @@
 #   STAGES="single" bash benchmarks/gpu_lanes.sh       # #31: Monkeys 1B / 8B tables, cached restart, product path
 #   STAGES="warm" bash benchmarks/gpu_lanes.sh         # #32: fill the engine cache for the data-parallel engine
 #   STAGES="dp" bash benchmarks/gpu_lanes.sh           # #32: data parallel, 1 GPU (in the actor / spawned) and 2 GPUs
-#   STAGES="dp4" bash benchmarks/gpu_lanes.sh          # #32: data parallel on 4 GPUs; TP greedy-parity control
+#   STAGES="dp4" bash benchmarks/gpu_lanes.sh          # #32: data parallel on 4 GPUs
+#   STAGES="tpparity" bash benchmarks/gpu_lanes.sh     # #32: greedy TP 1 vs 2, ours and vLLM's attention (control)
 #   STAGES="diag1" bash benchmarks/gpu_lanes.sh        # one GPU: a Ray worker's start split, cold and cached; 1B planning
 #   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # #32: the 70B shape at tensor parallel 4, ours vs vLLM's attention
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
@@ -58,13 +59,14 @@ for s in ${STAGES:-setup}; do
       lane dp1spawn 3 $R --variants ray-1 --workdir "$W/dp1s" --out "$OUT/dp_1_spawn.json"
       lane dp2 1,2 $R --variants ray-2g-inproc --workdir "$W/dp2" --out "$OUT/dp_2.json"
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-700 ;;
-    dp4)  # data parallel on 4 GPUs (same job), then the TP greedy-parity control on the 4 GPUs (two waves)
+    dp4)  # data parallel on 4 GPUs (same job)
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
          --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-280} $R --variants ray-4g-inproc --workdir "$W/dp4" \
         --out "$OUT/dp_4.json" > "$W/dp4.log" 2>&1
-      grep -h '"variant"' "$W/dp4.log" | cut -c1-700
-      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_TP:-280} $PY benchmarks/greedy_parity.py --mode tp --gguf /tmp/smol.gguf \
+      grep -h '"variant"' "$W/dp4.log" | cut -c1-700 ;;
+    tpparity)  # greedy tokens at TP 1 vs 2, ours and vLLM's attention (the control), two engines at a time
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_TP:-400} $PY benchmarks/greedy_parity.py --mode tp --gguf /tmp/smol.gguf \
         --gsm8k $GSM --out "$OUT/parity_tp.json" > "$W/tpparity.log" 2>&1
       echo "tp parity exit $?"; summary "$W/tpparity.log" ;;
     diag1)  # one GPU: where a Ray worker's start goes, cold and with the filled engine cache, against a direct
