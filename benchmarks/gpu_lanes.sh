@@ -4,6 +4,7 @@
 # of deploy/gpu_bundle.sh is in /tmp/vl (docs/gpu.md), from the checkout's root:
 #   STAGES="setup" bash benchmarks/gpu_lanes.sh        # unpack, import check, GPU kernel tests
 #   STAGES="single" bash benchmarks/gpu_lanes.sh       # #31: Monkeys 1B / 8B tables, cached restart, product path
+#   STAGES="table" bash benchmarks/gpu_lanes.sh        # #31: the Monkeys table on one host (1B / 8B, ours / tuned)
 #   STAGES="warm" bash benchmarks/gpu_lanes.sh         # #32: fill the engine cache for the data-parallel engine
 #   STAGES="dp" bash benchmarks/gpu_lanes.sh           # #32: data parallel, 1 GPU (in the actor / spawned) and 2 GPUs
 #   STAGES="dp4" bash benchmarks/gpu_lanes.sh          # #32: data parallel on 4 GPUs
@@ -47,22 +48,30 @@ for s in ${STAGES:-setup}; do
           --problems 64 --samples 64 --max-tokens 128 --shots 16 --variants direct-vllm,direct \
           --baseline direct-vllm --engine-cache $CACHE --workdir $W/product --out $W/product_path.json
       wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
+    table)  # #31's Monkeys table on one host, one engine per GPU: 1B ours / tuned, 8B ours / tuned
+      M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE"
+      lane t1b 0 $M --presets 1b --n 1b:64 --columns ours --workdir "$W/1b" --out "$OUT/monkeys_1b_ours.json"
+      lane t1bt 1 $M --presets 1b --n 1b:64 --columns vllm_tuned --tuned 2048:32768 --workdir "$W/1bt" \
+        --out "$OUT/monkeys_1b_tuned.json"
+      lane t8b 2 $M --presets 8b --n 8b:32 --columns ours --workdir "$W/8b" --out "$OUT/monkeys_8b_ours.json"
+      lane t8bt 3 $M --presets 8b --n 8b:32 --columns vllm_tuned --workdir "$W/8bt" --out "$OUT/monkeys_8b_tuned.json"
+      wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
     warm)  # fill the engine cache for the data-parallel workers' engine (8B, 2,048 sequences: same compile key)
       timeout 300 $PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --samples 256 \
-        --variants ray-1-inproc --only-warmup --engine-cache $CACHE --workdir "$W/warm" > "$W/warm.log" 2>&1
+        --variants ray-1 --only-warmup --engine-cache $CACHE --workdir "$W/warm" > "$W/warm.log" 2>&1
       echo "warm-up exit $?"; grep -h '"variant"' "$W/warm.log" | cut -c1-600 ;;
-    dp)  # data parallel, #32's job (8B, 128 x 256 x $DPTOK tokens): 1 GPU with the engine core in the actor and
-      # spawned (the default until measured), 2 GPUs in the actor, side by side on one host
+    dp)  # data parallel, #32's job (8B, 128 x 256 x $DPTOK tokens): 1 GPU with the engine core in the actor (the
+      # default) and spawned, 2 GPUs, side by side on one host
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
          --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"
-      lane dp1 0 $R --variants ray-1-inproc --workdir "$W/dp1" --out "$OUT/dp_1.json"
-      lane dp1spawn 3 $R --variants ray-1 --workdir "$W/dp1s" --out "$OUT/dp_1_spawn.json"
-      lane dp2 1,2 $R --variants ray-2g-inproc --workdir "$W/dp2" --out "$OUT/dp_2.json"
+      lane dp1 0 $R --variants ray-1 --workdir "$W/dp1" --out "$OUT/dp_1.json"
+      lane dp1spawn 3 $R --variants ray-1-spawn --workdir "$W/dp1s" --out "$OUT/dp_1_spawn.json"
+      lane dp2 1,2 $R --variants ray-2g --workdir "$W/dp2" --out "$OUT/dp_2.json"
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-700 ;;
     dp4)  # data parallel on 4 GPUs (same job)
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
          --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"
-      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-280} $R --variants ray-4g-inproc --workdir "$W/dp4" \
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-280} $R --variants ray-4g --workdir "$W/dp4" \
         --out "$OUT/dp_4.json" > "$W/dp4.log" 2>&1
       grep -h '"variant"' "$W/dp4.log" | cut -c1-700 ;;
     tpparity)  # greedy tokens at TP 1 vs 2, ours and vLLM's attention (the control), two engines at a time
@@ -74,7 +83,7 @@ for s in ${STAGES:-setup}; do
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 32 --samples 128 \
          --max-tokens 64 --shots 4 --engine-cache $CACHE"
       for run in cold warm; do
-        variants=ray-1; [ $run = warm ] && variants=ray-1,ray-1-inproc,direct
+        variants=ray-1; [ $run = warm ] && variants=ray-1,ray-1-spawn,direct
         timeout 220 $R --variants $variants --baseline ray-1 --workdir "$W/$run" --out "$OUT/ray1_$run.json" > "$W/$run.log" 2>&1
         grep -h '"variant"' "$W/$run.log" | cut -c1-600
         tail -c 30000 /tmp/ray/session_latest/logs/worker-*.err > "$OUT/ray1_${run}_worker.err" 2>/dev/null
@@ -86,7 +95,7 @@ for s in ${STAGES:-setup}; do
     tp70b)
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout "$T" $PY benchmarks/vllm_attention_auto.py --presets 70b --tp 4 --once \
         --same-engine --jobs "${JOBS70:-8x128x2048x128,32x64x1024x128,256x1x2048x128}" \
-        --out "$W/tp4_70b.json" > "$W/tp70b.log" 2>&1
+        --out "$OUT/tp4_70b.json" > "$W/tp70b.log" 2>&1
       grep -vE "^(INFO|WARNING|DEBUG|\(EngineCore|\(Worker|\(raylet|\(pid=)" "$W/tp70b.log" | tail -25 ;;
   esac
   find "$W" -name '*.log' -o -name '*.txt' -o -name 'manifest.json' | tar -cJf "$OUT/$s.tar.xz" -T - 2>/dev/null

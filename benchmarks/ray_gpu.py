@@ -11,9 +11,9 @@ prompt (a few-shot header every problem shares: 16 shots are ~2.6k tokens). Vari
 - ``ray-1``: ``backend: ray`` with one vLLM worker holding the GPU;
 - ``ray-2``: two vLLM workers sharing the GPU (``num_gpus_per_worker: 0.5``, each 0.42 of its memory);
 - ``ray-Ng`` (N = 2, 4, 8, ...): N vLLM workers of one GPU each (data parallel);
-- ``...-inproc`` (e.g. ``ray-1-inproc``, ``ray-4g-inproc``): the same with each worker's engine core in the
-  actor's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` through the job's ``runtime_env``; inside a Ray
-  actor vLLM otherwise spawns the engine core, which imports torch and vLLM again).
+- ``...-spawn`` (e.g. ``ray-1-spawn``, ``ray-4g-spawn``): the same with ``engine_in_actor: false``, vLLM's engine
+  core in its own process, which vLLM spawns inside an actor (importing torch and vLLM again); the default
+  keeps it in the actor (rows named ``...-inproc`` in the JSON files of 2026-11-27 are that default).
 
 ``--engine-cache DIR`` gives every engine the same start-up cache directory (``engine_cache``).
 
@@ -46,11 +46,6 @@ def shape_with_tokenizer(preset: str, tokenizer: Path, out: Path) -> Path:
     return shape_dir(preset, out, tokenizer)
 
 
-ENGINE_IN_ACTOR = {"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
-"""Ray ``runtime_env`` keeping each worker's vLLM engine core in the actor's process (vLLM spawns it
-inside an actor otherwise, importing torch and vLLM again)."""
-
-
 def variant(name: str, engine: dict) -> dict:
     """The generator's backend and options for variant ``name`` (module docstring)."""
     if name == "direct":
@@ -60,12 +55,10 @@ def variant(name: str, engine: dict) -> dict:
     if name == "ray-2":
         return {"backend": "ray", "options": {"backend": "vllm", "backend_options": {**engine, "gpu_memory_utilization": 0.42},
                                               "num_workers": 2, "num_gpus_per_worker": 0.5}}
-    base, _, inproc = name.partition("-inproc")
+    base, _, spawn = name.partition("-spawn")
     workers = int(base[len("ray-"):].rstrip("g"))
-    options = {"backend": "vllm", "backend_options": engine, "num_workers": workers, "num_gpus_per_worker": 1}
-    if name.endswith("-inproc"):
-        options["runtime_env"] = ENGINE_IN_ACTOR
-    return {"backend": "ray", "options": options}
+    return {"backend": "ray", "options": {"backend": "vllm", "backend_options": engine, "num_workers": workers,
+                                          "num_gpus_per_worker": 1, "engine_in_actor": not spawn}}
 
 
 def few_shot_header(gsm8k: Path, shots: int) -> str | None:

@@ -3,8 +3,8 @@ engine core in its own process (vLLM's default) or in the actor's process (#32).
 
 Inside a Ray actor vLLM forces the ``spawn`` start method for its engine-core process (forking a process
 that runs Ray's threads is unsafe), so the engine core imports torch and vLLM again before it builds the
-model; ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (here through the job's ``runtime_env``) keeps the engine core
-in the actor. Each mode runs in a fresh process (one engine cache directory for all) and prints one JSON
+model; ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the ray backend's ``engine_in_actor``, its default) keeps the
+engine core in the actor. Each mode runs in a fresh process (one engine cache directory for all) and prints one JSON
 line: the direct engine's ``engine_start_s``; for Ray, ``ray_init_s``, ``workers_ready_s`` (from before
 the actors start), the worker's ``worker_init_s`` (inner sampler built and loaded) and
 ``worker_engine_start_s`` (the engine's own start inside it), and a short sampling check.
@@ -26,9 +26,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from ray_gpu import ENGINE_IN_ACTOR  # noqa: E402
 
 MODES = ("direct", "spawn", "inproc")
 
@@ -52,9 +49,8 @@ def measure(model: str, mode: str, cpu: bool, cache: str) -> dict:
         sampler.load()
         figures = {"engine_start_s": sampler.engine_start_s}
     else:
-        env = ENGINE_IN_ACTOR if mode == "inproc" else None
         sampler = RaySampler(spec.model_copy(update={"backend": "ray"}), backend="vllm", backend_options=options,
-                             num_workers=1, num_gpus_per_worker=0 if cpu else 1, runtime_env=env,
+                             num_workers=1, num_gpus_per_worker=0 if cpu else 1, engine_in_actor=mode == "inproc",
                              init_options={"num_cpus": 2} if cpu else {})
         sampler.load()
         figures = dict(sampler.timings)

@@ -208,3 +208,51 @@ def test_a_model_that_cannot_load_fails_the_run_with_its_own_error(local_ray, tm
         assert sampler.stats["start_failures"] == 2 and not sampler.workers
     finally:
         sampler.close()
+
+
+def test_one_gpu_vllm_workers_keep_the_engine_core_in_the_actor_unless_told_otherwise():
+    from monkeybarrel.samplers.ray_pool import ENGINE_IN_ACTOR
+
+    spec = GeneratorSpec(id="g")
+    inside = {"env_vars": ENGINE_IN_ACTOR}
+    assert RaySampler(spec, backend="vllm").actor_options()["runtime_env"] == inside
+    assert RaySampler(spec, backend="vllm").actor_options()["num_gpus"] == 1.0
+    for sampler in (RaySampler(spec, backend="vllm", engine_in_actor=False),  # vLLM's own engine-core process
+                    RaySampler(spec, backend="vllm", backend_options={"tensor_parallel_size": 2}),  # its GPU workers
+                    RaySampler(spec, backend="embedded"),
+                    RaySampler(spec, backend="vllm", runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}})):
+        assert "runtime_env" not in sampler.actor_options()
+
+
+
+MERGE_DRIVER = """
+import json, os, sys, ray
+from monkeybarrel.samplers.ray_pool import ENGINE_IN_ACTOR
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+         runtime_env={"working_dir": sys.argv[1], "env_vars": {"JOB_MARK": "job"}})
+
+@ray.remote(num_cpus=0)
+def read():
+    import job_module  # only in the job's working_dir
+    return {"module": job_module.VALUE, **{k: os.environ.get(k) for k in ("JOB_MARK", *ENGINE_IN_ACTOR)}}
+
+print("RESULT " + json.dumps(ray.get(read.options(runtime_env={"env_vars": ENGINE_IN_ACTOR}).remote())))
+ray.shutdown()
+"""
+
+
+def test_a_workers_own_environment_adds_to_the_jobs_working_dir_and_variables(tmp_path: Path):
+    """``engine_in_actor`` gives vLLM workers their own ``env_vars``: Ray merges them with the job's runtime
+    environment (``ray job submit --working-dir .`` keeps its code and variables), checked on a real Ray."""
+    import json
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "job_module.py").write_text("VALUE = 42\n")
+    proc = subprocess.run([sys.executable, "-c", MERGE_DRIVER, str(work)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    assert json.loads(line[7:]) == {"module": 42, "JOB_MARK": "job", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
