@@ -256,3 +256,17 @@ def test_a_workers_own_environment_adds_to_the_jobs_working_dir_and_variables(tm
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, proc.stderr[-3000:]
     assert json.loads(line[7:]) == {"module": 42, "JOB_MARK": "job", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def test_a_job_done_before_every_worker_is_up_still_records_its_start(pool: RaySampler):
+    """One worker fits beside the pool (2 of the 4 CPUs free, 2 a worker): it does the whole job while the
+    other waits for CPUs; the start figures cover the worker that ran and count the one that never came up."""
+    sampler = RaySampler(GeneratorSpec(id="late", max_tokens=4), backend_options={"num_threads": 1}, num_workers=2,
+                         num_gpus_per_worker=0, num_cpus_per_worker=2)
+    try:
+        batches = list(sampler.sample([SampleRequest(PROBLEMS[0], (0, 1), 0)]))
+        assert sorted(c.sample_index for batch in batches for c in batch) == [0, 1]
+        t = sampler.timings
+        assert t["workers_not_up"] == 1 and 0 < t["first_worker_ready_s"] == t["workers_ready_s"]
+    finally:
+        sampler.close()

@@ -247,7 +247,8 @@ class RaySampler(Sampler):
         could not start."""
         self.timings: dict[str, float] = {}
         """``ray_init_s`` (joining or starting Ray) and ``workers_ready_s`` (from :meth:`prestart` until every
-        first worker has built its sampler, model and engine included)."""
+        first worker has built its sampler, model and engine included; when a job ends before all are up, until
+        the last that was, with ``workers_not_up`` counting the others)."""
         self._retired: list[_Handle] = []
         self._started_ray = False
         self._actor_class = None
@@ -476,6 +477,9 @@ class RaySampler(Sampler):
                 indices.difference_update(back)
                 task.handle.tokens -= len(back) * task.per_sample.get(pid, 0.0)
                 yield candidates
+        up = [h.info for h in self._first_start if h.info]
+        if "workers_ready_s" not in self.timings and up:  # the job ended before every worker was up
+            self.timings.update(self._start_figures(up), workers_not_up=len(self._first_start) - len(up))
 
     def _retire(self, handle: _Handle) -> None:
         handle.ended = time.perf_counter()
