@@ -109,7 +109,7 @@ def test_bad_options_name_the_key():
 
 
 def test_work_is_sized_by_tokens_and_split_fairly_between_workers():
-    from monkeybarrel.samplers.ray_pool import _Handle, _Todo
+    from monkeybarrel.samplers.ray_pool import _Todo, next_task
 
     spec = GeneratorSpec(id="g", max_tokens=100, num_samples=8)
     sampler = RaySampler(spec, backend="vllm", backend_options={"engine_kwargs": {"max_num_seqs": 64}})
@@ -119,20 +119,17 @@ def test_work_is_sized_by_tokens_and_split_fairly_between_workers():
     cost = sampler.request_tokens(requests[0])
     assert cost == pytest.approx(len(PROBLEMS[0].prompt) / 4 + 8 * 100)
     pairs = [(r, sampler.request_tokens(r)) for r in requests]
-    # one worker with room for everything takes the whole job in one task
+    # room for everything: the whole job in one task
     todo = _Todo(pairs)
-    assert len(sampler._next_task(todo, _Handle(None, 0.0), share=10**9)) == len(PROBLEMS) and not todo
-    # two workers: each task stops at the fair share of what is left (half each)
+    assert len(next_task(todo, sampler.worker_tokens(), None)) == len(PROBLEMS) and not todo
+    # room for half of it: the task stops there
     todo = _Todo(pairs)
-    share = sum(sampler.request_tokens(r) for r in requests) / 2
-    first = sampler._next_task(todo, _Handle(None, 0.0), share=share)
+    first = next_task(todo, sum(t for _, t in pairs) / 2, None)
     assert len(first) == len(PROBLEMS) // 2 and len(todo) == len(PROBLEMS) - len(first)
     assert todo.tokens == pytest.approx(sum(t for _, t in pairs[len(first):]))  # the running total follows
-    # a worker that already holds its tokens gets one request at a time; a cap on problems holds
-    busy = _Handle(None, 0.0, tokens=sampler.worker_tokens())
-    assert len(sampler._next_task(_Todo(pairs), busy, share=share)) == 1
-    capped = RaySampler(spec, backend="vllm", requests_per_task=3)
-    assert len(capped._next_task(_Todo(pairs), _Handle(None, 0.0), share=10**9)) == 3
+    # no room left: one request at a time; a cap on problems holds
+    assert len(next_task(_Todo(pairs), 0.0, None)) == 1
+    assert len(next_task(_Todo(pairs), 10**9, 3)) == 3
     embedded = RaySampler(spec, backend_options={"max_batch": 16})
     assert embedded.num_gpus_per_worker == 0.0 and embedded.worker_tokens() == 2 * 16 * (100 + 256)
 

@@ -9,7 +9,7 @@ characters a token) plus ``n x max_tokens``; each worker holds up to ``tokens_in
 (default: twice what its engine decodes at once, e.g. 2 x 2,048 sequences for vLLM with our attention), never
 more than its fair share: what is not back yet (queued or held by any worker) / the workers, those still
 starting included. So one worker is filled, N workers split the job N ways, and a worker that comes up late
-finds its share waiting (:meth:`RaySampler._hand_out`). Work starts on each worker as soon as it is up, not
+finds its share waiting (:func:`hand_out`). Work starts on each worker as soon as it is up, not
 when the last one is.
 A worker whose inner sampler batches continuously (``vllm``: :meth:`VLLMSampler.serve`) runs one
 engine loop fed by all of its tasks, so its batch never drains between tasks; other backends sample
@@ -17,7 +17,7 @@ one task at a time.
 
 Start-up: :meth:`RaySampler.prestart` starts Ray and the actors and returns at once (the runner calls it
 before the task's data load, so the actors' imports and engine start overlap it); ``timings`` records
-``ray_init_s``, ``workers_ready_s`` and where the slowest worker's start went (:meth:`RaySampler._start_figures`). Inside ``shared_engines()`` (a sweep) the actors outlive each
+``ray_init_s``, ``workers_ready_s`` and where the slowest worker's start went (:func:`start_figures`). Inside ``shared_engines()`` (a sweep) the actors outlive each
 experiment: later experiments with the same model and options reuse them.
 
 Failures: when a worker process dies (killed, out of memory, node lost) the samples of its
@@ -279,7 +279,8 @@ class RaySampler(Sampler):
             self._started_ray = True
         self.timings["ray_init_s"] = round(time.perf_counter() - self._prestarted, 3)
         self._actor_class = ray.remote(_Worker)
-        count = self.num_workers or self._default_workers(ray.cluster_resources())
+        count = self.num_workers or default_workers(ray.cluster_resources(), self.num_gpus_per_worker,
+                                                        self.num_cpus_per_worker)
         self.workers = [self._spawn() for _ in range(count)]
         self._first_start = list(self.workers)
 
@@ -310,30 +311,8 @@ class RaySampler(Sampler):
         handle.info["ready_s"] = round(time.perf_counter() - self._prestarted, 3)
         first = [h for h in self._first_start if h.ended is None or h.info]
         if "workers_ready_s" not in self.timings and all(h.ready is None for h in first) and first:
-            self.timings.update(self._start_figures([h.info for h in first]))
+            self.timings.update(start_figures([h.info for h in first]))
         return None
-
-    @staticmethod
-    def _start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
-        """``workers_ready_s`` (the last worker up, from :meth:`prestart`), ``first_worker_ready_s``, and the
-        slowest worker's ``worker_init_s`` (its inner sampler built and loaded) and ``worker_engine_start_s``
-        (the engine's own start inside that), all seconds: the rest of a start is Ray's (process, imports)."""
-        figures = {"workers_ready_s": max(i["ready_s"] for i in infos),
-                   "first_worker_ready_s": min(i["ready_s"] for i in infos),
-                   "worker_init_s": max(i.get("init_s") or 0.0 for i in infos)}
-        engine = [i["engine_start_s"] for i in infos if i.get("engine_start_s") is not None]
-        if engine:
-            figures["worker_engine_start_s"] = max(engine)
-        return figures
-
-    def _default_workers(self, resources: dict[str, float]) -> int:
-        if self.num_gpus_per_worker > 0:
-            count = int(resources.get("GPU", 0) // self.num_gpus_per_worker)
-            if count < 1:
-                raise RuntimeError(f"the Ray cluster has {resources.get('GPU', 0)} GPUs; "
-                                   f"num_gpus_per_worker={self.num_gpus_per_worker} needs at least that many")
-            return count
-        return max(1, int(resources.get("CPU", 1) // max(self.num_cpus_per_worker, 1e-9)))
 
     def actor_options(self) -> dict[str, Any]:
         """Ray ``.options()`` of each worker actor: its resources and, for a one-GPU ``vllm`` worker with
@@ -379,39 +358,9 @@ class RaySampler(Sampler):
         prompt = sum(len(m["content"]) for m in self.messages(request.problem)) / 4
         return prompt + len(request.sample_indices) * self.spec.max_tokens
 
-    def _next_task(self, todo: deque[tuple[SampleRequest, float]], handle: _Handle,
-                   share: float) -> list[tuple[SampleRequest, float]]:
-        """(request, tokens) pairs for ``handle``'s next task, taken from ``todo``: until it holds its free tokens
-        or its fair ``share`` (tokens it may hold in all), at least one request."""
-        room = min(self.worker_tokens(), share) - handle.tokens
-        batch = [todo.popleft()]
-        tokens = batch[0][1]
-        while todo and tokens + todo[0][1] <= room and (
-                self.requests_per_task is None or len(batch) < self.requests_per_task):
-            tokens += todo[0][1]
-            batch.append(todo.popleft())
-        return batch
-
     def _hand_out(self, todo: _Todo) -> list[tuple[_Handle, list[tuple[SampleRequest, float]]]]:
-        """Next tasks for the workers that are up, taken from ``todo`` (their tokens and ``busy`` counted in).
-
-        A worker holds at most ``min(worker_tokens(), share)`` tokens, where ``share`` is what is not back yet
-        (``todo`` plus every live worker's held tokens) divided by all workers, starting ones included; an idle
-        worker always gets at least one request. The least loaded worker is served first.
-        """
-        live = sorted((h for h in self.workers if h.ready is None), key=lambda h: h.tokens)
-        if not todo or not live:
-            return []
-        share = math.ceil((todo.tokens + sum(h.tokens for h in live)) / len(self.workers))
-        tasks = []
-        for handle in live:
-            while todo and handle.busy < self.tasks_per_worker and (
-                    handle.busy == 0 or handle.tokens < min(self.worker_tokens(), share)):
-                batch = self._next_task(todo, handle, share)
-                handle.busy += 1
-                handle.tokens += sum(t for _, t in batch)
-                tasks.append((handle, batch))
-        return tasks
+        """Next tasks for the workers that are up (:func:`hand_out` with this pool's sizes)."""
+        return hand_out(todo, self.workers, self.worker_tokens(), self.tasks_per_worker, self.requests_per_task)
 
     # ---- sampling ------------------------------------------------------------------------
     def _sample(self, request: SampleRequest) -> list[Candidate]:
@@ -479,7 +428,7 @@ class RaySampler(Sampler):
                 yield candidates
         up = [h.info for h in self._first_start if h.info]
         if "workers_ready_s" not in self.timings and up:  # the job ended before every worker was up
-            self.timings.update(self._start_figures(up), workers_not_up=len(self._first_start) - len(up))
+            self.timings.update(start_figures(up), workers_not_up=len(self._first_start) - len(up))
 
     def _retire(self, handle: _Handle) -> None:
         handle.ended = time.perf_counter()
@@ -532,6 +481,65 @@ class RaySampler(Sampler):
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+
+
+def hand_out(todo: _Todo, workers: list[_Handle], room: float, tasks_per_worker: int,
+             requests_per_task: int | None) -> list[tuple[_Handle, list[tuple[SampleRequest, float]]]]:
+    """Next tasks for the ``workers`` that are up, taken from ``todo`` (their tokens and ``busy`` counted in).
+
+    A worker holds at most ``min(room, share)`` estimated tokens, where ``share`` is what is not back yet
+    (``todo`` plus every live worker's held tokens) divided by all ``workers``, starting ones included; an idle
+    worker always gets at least one request, and a worker at most ``tasks_per_worker`` tasks of at most
+    ``requests_per_task`` problems. The least loaded worker is served first.
+    """
+    live = sorted((h for h in workers if h.ready is None), key=lambda h: h.tokens)
+    if not todo or not live:
+        return []
+    limit = min(room, math.ceil((todo.tokens + sum(h.tokens for h in live)) / len(workers)))
+    tasks = []
+    for handle in live:
+        while todo and handle.busy < tasks_per_worker and (handle.busy == 0 or handle.tokens < limit):
+            batch = next_task(todo, limit - handle.tokens, requests_per_task)
+            handle.busy += 1
+            handle.tokens += sum(t for _, t in batch)
+            tasks.append((handle, batch))
+    return tasks
+
+
+def next_task(todo: deque[tuple[SampleRequest, float]], room: float,
+              requests_per_task: int | None) -> list[tuple[SampleRequest, float]]:
+    """(request, tokens) pairs taken from ``todo`` while they fit in ``room`` tokens (at least one request, at
+    most ``requests_per_task``)."""
+    batch = [todo.popleft()]
+    tokens = batch[0][1]
+    while todo and tokens + todo[0][1] <= room and (requests_per_task is None or len(batch) < requests_per_task):
+        tokens += todo[0][1]
+        batch.append(todo.popleft())
+    return batch
+
+
+def start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
+    """``workers_ready_s`` (the last worker up, from :meth:`RaySampler.prestart`), ``first_worker_ready_s``, and
+    the slowest worker's ``worker_init_s`` (its inner sampler built and loaded) and ``worker_engine_start_s``
+    (the engine's own start inside that), all seconds: the rest of a start is Ray's (process, imports)."""
+    figures = {"workers_ready_s": max(i["ready_s"] for i in infos),
+               "first_worker_ready_s": min(i["ready_s"] for i in infos),
+               "worker_init_s": max(i.get("init_s") or 0.0 for i in infos)}
+    engine = [i["engine_start_s"] for i in infos if i.get("engine_start_s") is not None]
+    if engine:
+        figures["worker_engine_start_s"] = max(engine)
+    return figures
+
+
+def default_workers(resources: dict[str, float], gpus_per_worker: float, cpus_per_worker: float) -> int:
+    """Workers a cluster with ``resources`` holds: its GPUs / ``gpus_per_worker``, or else CPUs / ``cpus_per_worker``."""
+    if gpus_per_worker > 0:
+        count = int(resources.get("GPU", 0) // gpus_per_worker)
+        if count < 1:
+            raise RuntimeError(f"the Ray cluster has {resources.get('GPU', 0)} GPUs; "
+                               f"num_gpus_per_worker={gpus_per_worker} needs at least that many")
+        return count
+    return max(1, int(resources.get("CPU", 1) // max(cpus_per_worker, 1e-9)))
 
 
 def _subset(request: SampleRequest, indices: set[int]) -> SampleRequest:
