@@ -309,10 +309,19 @@ class RaySampler(Sampler):
             self._start_error = exc
             return exc
         handle.info["ready_s"] = round(time.perf_counter() - self._prestarted, 3)
-        first = [h for h in self._first_start if h.ended is None or h.info]
-        if "workers_ready_s" not in self.timings and all(h.ready is None for h in first) and first:
-            self.timings.update(start_figures([h.info for h in first]))
+        self._record_start()
         return None
+
+    def _record_start(self, job_done: bool = False) -> None:
+        """The start figures (:func:`start_figures`) of the first start's workers that came up, once the last
+        of them is up, or when the job is done (``workers_not_up``: the others); recorded once."""
+        up = [h.info for h in self._first_start if h.info]
+        starting = any(h.ready is not None and h.ended is None for h in self._first_start)
+        if "workers_ready_s" in self.timings or not up or (starting and not job_done):
+            return
+        self.timings.update(start_figures(up))
+        if len(up) < len(self._first_start) and job_done:
+            self.timings["workers_not_up"] = len(self._first_start) - len(up)
 
     def actor_options(self) -> dict[str, Any]:
         """Ray ``.options()`` of each worker actor: its resources and, for a one-GPU ``vllm`` worker with
@@ -426,9 +435,7 @@ class RaySampler(Sampler):
                 indices.difference_update(back)
                 task.handle.tokens -= len(back) * task.per_sample.get(pid, 0.0)
                 yield candidates
-        up = [h.info for h in self._first_start if h.info]
-        if "workers_ready_s" not in self.timings and up:  # the job ended before every worker was up
-            self.timings.update(start_figures(up), workers_not_up=len(self._first_start) - len(up))
+        self._record_start(job_done=True)  # the job may end before every worker is up
 
     def _retire(self, handle: _Handle) -> None:
         handle.ended = time.perf_counter()
