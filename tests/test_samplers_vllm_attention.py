@@ -6,6 +6,7 @@ are measured by benchmarks/vllm_attention_auto.py on the GPU machine.
 
 from __future__ import annotations
 
+import logging
 import random
 import string
 
@@ -14,7 +15,7 @@ import pytest
 from monkeybarrel.core.config import GeneratorSpec
 from monkeybarrel.samplers import vllm_engine
 from monkeybarrel.samplers.vllm_engine import (MIN_SHARING, OURS_ENGINE_DEFAULTS, capture_sizes, choose_attention,
-                                               engine_arguments, prompt_sharing, use_engine_cache)
+                                               engine_arguments, prompt_sharing, start_phases, use_engine_cache)
 from monkeybarrel.samplers.vllm_offline import VLLMSampler
 
 
@@ -109,3 +110,27 @@ def test_the_sampler_defaults_to_auto_and_rejects_unknown_choices():
         VLLMSampler(GeneratorSpec(backend="vllm"), attention="flash")
     with pytest.raises(ValueError, match="prefix caching|enable_prefix_caching"):
         VLLMSampler(GeneratorSpec(backend="vllm"), attention="monkeybarrel", enable_prefix_caching=False)
+
+
+def test_start_phases_read_the_seconds_vllm_logs_while_an_engine_starts():
+    """vLLM 0.26's own start-up messages (format strings and arguments as it logs them), from any vllm logger,
+    whatever handlers vLLM configures meanwhile; other loggers and other messages are not read."""
+    runner, compile_log, other = (logging.getLogger(n) for n in ("vllm.v1.worker.gpu.model_runner",
+                                                                    "vllm.compilation.backends", "myapp"))
+    runner.setLevel(logging.INFO), compile_log.setLevel(logging.INFO), other.setLevel(logging.INFO)
+    before = logging.getLogRecordFactory()
+    with start_phases() as phases:
+        runner.info("Model loading took %s GiB and %.6f seconds", "14.96", 2.75)
+        compile_log.info("Directly load the compiled graph(s) for compile range %s from the cache, took %.3f s",
+                         "(1, 16384)", 1.5)
+        compile_log.info("Directly load the compiled graph(s) for compile range %s from the cache, took %.3f s",
+                         "(16385, 32768)", 0.5)
+        runner.info("Graph capturing finished in %.0f secs, took %.2f GiB", 11.0, 0.84)
+        logging.getLogger("vllm.v1.engine.core").warning("init engine (profile, create kv cache, warmup model) "
+                                                         "took %.2f s", 19.25)
+        other.info("Graph capturing finished in %.0f secs, took %.2f GiB", 99.0, 1.0)  # not vLLM's
+        runner.info("Graph capturing finished in %s", "a while")  # not a number: ignored
+    runner.info("Graph capturing finished in %.0f secs, took %.2f GiB", 50.0, 0.1)  # after the block
+    assert phases == {"weights_s": 2.75, "compiled_graphs_from_cache_s": 2.0, "cuda_graphs_s": 11.0,
+                      "kv_cache_and_warmup_s": 19.25}
+    assert logging.getLogRecordFactory() is before

@@ -67,10 +67,11 @@ class _Worker:
     threaded (``max_concurrency``), so tasks wait on their queues side by side.
     """
 
-    def __init__(self, spec: GeneratorSpec, options: dict[str, Any], expected_sharing: float | None = None) -> None:
+    def __init__(self, spec: GeneratorSpec, options: dict[str, Any], expected_sharing: float | None = None,
+                 spawned_at: float | None = None) -> None:
         from ..core.plugins import build_plugin
 
-        began = time.perf_counter()
+        began, entered = time.perf_counter(), time.time()
         self.sampler = build_plugin(SAMPLERS, spec.backend, f"generators[id={spec.id}].options.backend", spec=spec,
                                     **options)
         if expected_sharing is not None and hasattr(self.sampler, "expected_sharing"):
@@ -78,9 +79,14 @@ class _Worker:
         load = getattr(self.sampler, "load", None)
         if load is not None:
             load()  # a model that cannot load fails the actor's start, and so the run
-        # where a worker's start goes: building + loading the inner sampler, of which the engine's own start
-        self.start = {"init_s": round(time.perf_counter() - began, 3),
-                      "engine_start_s": getattr(self.sampler, "engine_start_s", None)}
+        # where a worker's start goes: Ray placing it and starting its process (up to here, by the wall clock of
+        # both ends: one host, or clocks in step), then building + loading the inner sampler, of which the
+        # engine library's import and the engine's own start (with the phases vLLM times)
+        self.start = {"actor_up_s": round(entered - spawned_at, 3) if spawned_at is not None else None,
+                      "init_s": round(time.perf_counter() - began, 3),
+                      "import_s": getattr(self.sampler, "import_s", None),
+                      "engine_start_s": getattr(self.sampler, "engine_start_s", None),
+                      "engine_phases": dict(getattr(self.sampler, "start_phases", None) or {})}
         self._feed: queue.Queue = queue.Queue()
         self._routes: dict[int, queue.Queue] = {}
         self._tasks = itertools.count()
@@ -337,7 +343,7 @@ class RaySampler(Sampler):
 
     def _spawn(self) -> _Handle:
         actor = self._actor_class.options(**self.actor_options()).remote(
-            self.inner_spec, self.inner_spec.options, float(self.spec.num_samples))
+            self.inner_spec, self.inner_spec.options, float(self.spec.num_samples), time.time())
         return _Handle(actor, time.perf_counter(), ready=actor.info.remote())
 
     def worker_info(self) -> list[dict[str, Any]]:
@@ -526,15 +532,18 @@ def next_task(todo: deque[tuple[SampleRequest, float]], room: float,
 
 
 def start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
-    """``workers_ready_s`` (the last worker up, from :meth:`RaySampler.prestart`), ``first_worker_ready_s``, and
-    the slowest worker's ``worker_init_s`` (its inner sampler built and loaded) and ``worker_engine_start_s``
-    (the engine's own start inside that), all seconds: the rest of a start is Ray's (process, imports)."""
-    figures = {"workers_ready_s": max(i["ready_s"] for i in infos),
-               "first_worker_ready_s": min(i["ready_s"] for i in infos),
-               "worker_init_s": max(i.get("init_s") or 0.0 for i in infos)}
-    engine = [i["engine_start_s"] for i in infos if i.get("engine_start_s") is not None]
-    if engine:
-        figures["worker_engine_start_s"] = max(engine)
+    """Where the workers' start went, seconds: ``workers_ready_s`` (the last worker up, from
+    :meth:`RaySampler.prestart`) and ``first_worker_ready_s``; then the slowest worker's (the last up) split:
+    ``worker_actor_up_s`` (Ray placing it and starting its process), ``worker_init_s`` (its inner sampler built
+    and loaded), within that ``worker_import_s`` (the engine library's import) and ``worker_engine_start_s``
+    (the engine's own start), and within that ``worker_<phase>`` for each phase vLLM timed
+    (:data:`~monkeybarrel.samplers.vllm_engine.START_PHASES`)."""
+    slowest = max(infos, key=lambda i: i["ready_s"])
+    figures = {"workers_ready_s": slowest["ready_s"], "first_worker_ready_s": min(i["ready_s"] for i in infos)}
+    for key in ("actor_up_s", "init_s", "import_s", "engine_start_s"):
+        if slowest.get(key) is not None:
+            figures[f"worker_{key}"] = slowest[key]
+    figures.update({f"worker_{phase}": seconds for phase, seconds in (slowest.get("engine_phases") or {}).items()})
     return figures
 
 

@@ -10,18 +10,22 @@ No vLLM import at module level (the functions that need it import it or ask :fun
 - :func:`use_engine_cache`: one directory holding every cache an engine start writes (vLLM's compiled
   graphs and AOT artifacts, Inductor's and Triton's kernels, the memory-profiling plan), so a cluster can
   put it on shared storage or ship it: a start with a filled cache skips compilation and profiling.
+- :func:`start_phases`: where an engine's start went, read from the timings vLLM logs while it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..kernels import vllm_plugin
 
 __all__ = ["ATTENTION_CHOICES", "MIN_SHARING", "OURS_ENGINE_DEFAULTS", "ENGINE_CACHE_ENV", "prompt_sharing",
-           "choose_attention", "engine_arguments", "capture_sizes", "use_engine_cache", "on_cpu"]
+           "choose_attention", "engine_arguments", "capture_sizes", "use_engine_cache", "on_cpu", "start_phases",
+           "START_PHASES"]
 
 ATTENTION_CHOICES = ("auto", "monkeybarrel", "vllm")
 MIN_SHARING = 2.0
@@ -138,6 +142,42 @@ def use_engine_cache(directory: str | os.PathLike | None) -> Path | None:
         os.environ[var] = str(root / sub)
     os.environ["VLLM_ENABLE_STARTUP_PLAN"] = "1"
     return root
+
+
+START_PHASES = {  # vLLM 0.26's start-up log messages (their format string's start) -> (phase, argument holding seconds)
+    "Model loading took": ("weights_s", 1),
+    "Loading weights took": ("weights_read_s", 0),
+    "torch.compile took": ("compile_s", 0),
+    "Directly load the compiled graph": ("compiled_graphs_from_cache_s", 1),
+    "Initial profiling/warmup run took": ("profile_run_s", 0),
+    "Graph capturing finished in": ("cuda_graphs_s", 0),
+    "init engine (profile, create kv cache, warmup model) took": ("kv_cache_and_warmup_s", 0),
+}
+"""Phases of an engine start that vLLM times itself, by the message it logs (an engine core in this process)."""
+
+
+@contextlib.contextmanager
+def start_phases() -> Iterator[dict[str, float]]:
+    """Collect, while the block runs, the seconds vLLM logs for each phase of an engine start in this process
+    (:data:`START_PHASES`: weights, torch.compile or its cache, the profiling run, CUDA-graph capture, KV cache and
+    warm-up); a phase logged more than once is summed. An engine core in another process logs elsewhere: nothing."""
+    phases: dict[str, float] = {}
+    previous = logging.getLogRecordFactory()
+
+    def record(*args: Any, **kwargs: Any) -> logging.LogRecord:  # vLLM configures its loggers' handlers as it starts
+        entry = previous(*args, **kwargs)
+        if entry.name.startswith("vllm") and isinstance(entry.args, tuple):
+            for prefix, (name, index) in START_PHASES.items():
+                if str(entry.msg).startswith(prefix) and len(entry.args) > index:
+                    with contextlib.suppress(TypeError, ValueError):
+                        phases[name] = round(phases.get(name, 0.0) + float(entry.args[index]), 3)
+        return entry
+
+    logging.setLogRecordFactory(record)
+    try:
+        yield phases
+    finally:
+        logging.setLogRecordFactory(previous)
 
 
 def on_cpu() -> bool:

