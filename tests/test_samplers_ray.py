@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from monkeybarrel.core.records import Problem  # noqa: E402
 from monkeybarrel.orchestrator.runner import run_experiment  # noqa: E402
 from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore  # noqa: E402
 from monkeybarrel.samplers.base import SAMPLERS, SampleRequest  # noqa: E402
-from monkeybarrel.samplers.ray_pool import RaySampler, start_figures  # noqa: E402
+from monkeybarrel.samplers.ray_pool import RaySampler, share_gpus, start_figures  # noqa: E402
 
 PROBLEMS = [Problem(f"p{i}", "arithmetic", prompt=f"What is {i} + {i + 4}?") for i in range(8)]
 
@@ -101,6 +102,26 @@ def test_an_experiment_on_ray_streams_into_the_store_and_resumes(local_ray, tmp_
     runs = experiment.manifest()["runs"]
     assert runs[-1]["sampled"]["smol"]["samples"] == 3 and runs[-1]["sampled"]["smol"]["gpu_s"] == 0.0
     assert "majority" in experiment.metrics()["selection"]
+
+
+def test_engines_per_gpu_share_out_the_gpu_and_its_memory():
+    options = {"max_model_len": 2048}
+    assert share_gpus("vllm", options, 2, None) == 0.5 and options["gpu_memory_utilization"] == 0.45
+    options = {"gpu_memory_utilization": 0.3}
+    assert share_gpus("vllm", options, 3, None) == pytest.approx(1 / 3) and options["gpu_memory_utilization"] == 0.3
+    sampler = RaySampler(GeneratorSpec(), backend="vllm", engines_per_gpu=4)
+    assert sampler.num_gpus_per_worker == 0.25 and sampler.inner_spec.options["gpu_memory_utilization"] == 0.225
+    assert sampler.actor_options()["num_gpus"] == 0.25
+    for backend, options, count, gpus, message in [
+            ("embedded", {}, 2, None, "backend 'embedded'"),
+            ("vllm", {"tensor_parallel_size": 2}, 2, None, "on 2 GPUs"),
+            ("vllm", {}, 2, 0.5, "not both"),
+            ("vllm", {"gpu_memory_utilization": 0.6}, 2, None, r"gpu_memory_utilization 0.6 x engines_per_gpu 2"),
+            ("vllm", {}, 0, None, "integer >= 1"), ("vllm", {}, 1.5, None, "integer >= 1")]:
+        with pytest.raises(ValueError, match=message):
+            share_gpus(backend, dict(options), count, gpus)
+    with pytest.raises(ConfigError, match=r"generators\[0\].*engines_per_gpu"):
+        build_plugin(SAMPLERS, "ray", "generators[0]", spec=GeneratorSpec(), backend="embedded", engines_per_gpu=2)
 
 
 def test_bad_options_name_the_key():

@@ -33,14 +33,18 @@ Cluster: ``address`` (or ``$RAY_ADDRESS``) joins a running cluster (``ray://head
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import math
 import os
 import queue
+import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..core.config import GeneratorSpec
@@ -68,17 +72,18 @@ class _Worker:
     """
 
     def __init__(self, spec: GeneratorSpec, options: dict[str, Any], expected_sharing: float | None = None,
-                 spawned_at: float | None = None) -> None:
+                 spawned_at: float | None = None, start_alone: bool = False) -> None:
         from ..core.plugins import build_plugin
 
         began, entered = time.perf_counter(), time.time()
-        self.sampler = build_plugin(SAMPLERS, spec.backend, f"generators[id={spec.id}].options.backend", spec=spec,
-                                    **options)
-        if expected_sharing is not None and hasattr(self.sampler, "expected_sharing"):
-            self.sampler.expected_sharing = expected_sharing  # `attention: auto` decides before requests come
-        load = getattr(self.sampler, "load", None)
-        if load is not None:
-            load()  # a model that cannot load fails the actor's start, and so the run
+        with gpu_turn(start_alone) as turn:
+            self.sampler = build_plugin(SAMPLERS, spec.backend, f"generators[id={spec.id}].options.backend",
+                                        spec=spec, **options)
+            if expected_sharing is not None and hasattr(self.sampler, "expected_sharing"):
+                self.sampler.expected_sharing = expected_sharing  # `attention: auto` decides before requests come
+            load = getattr(self.sampler, "load", None)
+            if load is not None:
+                load()  # a model that cannot load fails the actor's start, and so the run
         # where a worker's start goes: Ray placing it and starting its process (up to here, by the wall clock of
         # both ends: one host, or clocks in step), then building + loading the inner sampler, of which the
         # engine library's import and the engine's own start (with the phases vLLM times)
@@ -86,7 +91,8 @@ class _Worker:
                       "init_s": round(time.perf_counter() - began, 3),
                       "import_s": getattr(self.sampler, "import_s", None),
                       "engine_start_s": getattr(self.sampler, "engine_start_s", None),
-                      "engine_phases": dict(getattr(self.sampler, "start_phases", None) or {})}
+                      "engine_phases": dict(getattr(self.sampler, "start_phases", None) or {}),
+                      "turn_wait_s": turn.get("wait_s")}
         self._feed: queue.Queue = queue.Queue()
         self._routes: dict[int, queue.Queue] = {}
         self._tasks = itertools.count()
@@ -201,8 +207,12 @@ class RaySampler(Sampler):
         address: Ray cluster to join (``auto``, ``ray://host:10001``); None = ``$RAY_ADDRESS`` or a local instance.
         num_cpus_per_worker: CPUs each actor reserves.
         num_gpus_per_worker: GPUs each actor reserves; None = the inner vLLM's ``tensor_parallel_size``
-            (1) for ``vllm``, else 0. 0.5 puts two workers on one GPU (give each a
-            ``gpu_memory_utilization`` below 0.5).
+            (1) for ``vllm``, else 0 (or 1 / ``engines_per_gpu``).
+        engines_per_gpu: ``vllm`` workers sharing each GPU (tensor_parallel_size 1): each reserves 1 / this of a
+            GPU and, unless ``backend_options`` say otherwise, ``gpu_memory_utilization`` 0.9 / this. Where a step is
+            bound by vLLM's per-sequence CPU work (small models, thousands of sequences), K engines do it in K
+            processes: 1B on an H100, two engines 2.00x one (benchmarks/monkeys_throughput_h100.json); an 8B
+            engine is GPU-bound and two are slower. Engines sharing a GPU start one after another (:func:`gpu_turn`).
         tokens_in_flight: estimated tokens (prompt + n x max_tokens per problem) a worker holds at once;
             None = 2 x the sequences its engine decodes at once x (max_tokens + 256).
         requests_per_task: at most this many problems per task (None: only tokens decide).
@@ -222,11 +232,14 @@ class RaySampler(Sampler):
                  num_gpus_per_worker: float | None = None, tokens_in_flight: int | None = None,
                  requests_per_task: int | None = None, tasks_per_worker: int = 2, max_worker_restarts: int = 4,
                  max_attempts: int = 3, start_timeout_s: float = 900.0, engine_in_actor: bool = True,
-                 runtime_env: dict[str, Any] | None = None, init_options: dict[str, Any] | None = None) -> None:
+                 engines_per_gpu: int = 1, runtime_env: dict[str, Any] | None = None,
+                 init_options: dict[str, Any] | None = None) -> None:
         super().__init__(spec)
         if backend == "ray":
             raise ValueError("backend must be another sampler backend than 'ray'")
         options = dict(backend_options or {})
+        if engines_per_gpu != 1:
+            num_gpus_per_worker = share_gpus(backend, options, engines_per_gpu, num_gpus_per_worker)
         if num_gpus_per_worker is None:
             num_gpus_per_worker = float(options.get("tensor_parallel_size", 1)) if backend == "vllm" else 0.0
         for name, value, low in (("num_workers", num_workers, 1), ("requests_per_task", requests_per_task, 1),
@@ -342,8 +355,9 @@ class RaySampler(Sampler):
         return options
 
     def _spawn(self) -> _Handle:
-        actor = self._actor_class.options(**self.actor_options()).remote(
-            self.inner_spec, self.inner_spec.options, float(self.spec.num_samples), time.time())
+        actor = self._actor_class.options(**self.actor_options()).remote(  # workers sharing a GPU start in turn
+            self.inner_spec, self.inner_spec.options, float(self.spec.num_samples), time.time(),
+            0 < self.num_gpus_per_worker < 1)
         return _Handle(actor, time.perf_counter(), ready=actor.info.remote())
 
     def worker_info(self) -> list[dict[str, Any]]:
@@ -535,16 +549,60 @@ def start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
     """Where the workers' start went, seconds: ``workers_ready_s`` (the last worker up, from
     :meth:`RaySampler.prestart`) and ``first_worker_ready_s``; then the slowest worker's (the last up) split:
     ``worker_actor_up_s`` (Ray placing it and starting its process), ``worker_init_s`` (its inner sampler built
-    and loaded), within that ``worker_import_s`` (the engine library's import) and ``worker_engine_start_s``
+    and loaded), within that ``worker_turn_wait_s`` (waiting for engines sharing its GPU to start, :func:`gpu_turn`),
+    ``worker_import_s`` (the engine library's import) and ``worker_engine_start_s``
     (the engine's own start), and within that ``worker_<phase>`` for each phase vLLM timed
     (:data:`~monkeybarrel.samplers.vllm_engine.START_PHASES`)."""
     slowest = max(infos, key=lambda i: i["ready_s"])
     figures = {"workers_ready_s": slowest["ready_s"], "first_worker_ready_s": min(i["ready_s"] for i in infos)}
-    for key in ("actor_up_s", "init_s", "import_s", "engine_start_s"):
+    for key in ("actor_up_s", "init_s", "turn_wait_s", "import_s", "engine_start_s"):
         if slowest.get(key) is not None:
             figures[f"worker_{key}"] = slowest[key]
     figures.update({f"worker_{phase}": seconds for phase, seconds in (slowest.get("engine_phases") or {}).items()})
     return figures
+
+
+def share_gpus(backend: str, options: dict[str, Any], engines_per_gpu: int, gpus_per_worker: float | None) -> float:
+    """GPUs each of ``engines_per_gpu`` ``vllm`` workers sharing a GPU reserves (``1 / engines_per_gpu``); sets
+    their ``gpu_memory_utilization`` in ``options`` (0.9 of the GPU shared out, unless given). Raises ValueError
+    naming the option for anything that cannot share a GPU this way."""
+    if not isinstance(engines_per_gpu, int) or engines_per_gpu < 1:
+        raise ValueError(f"engines_per_gpu must be an integer >= 1, got {engines_per_gpu!r}")
+    devices = int(options.get("tensor_parallel_size", 1)) * int(options.get("pipeline_parallel_size", 1))
+    if backend != "vllm" or devices != 1:
+        raise ValueError("engines_per_gpu shares a GPU between vllm workers of one GPU each (backend vllm, "
+                         f"tensor_parallel_size 1), not backend {backend!r} on {devices} GPUs")
+    if gpus_per_worker is not None:
+        raise ValueError("set engines_per_gpu or num_gpus_per_worker, not both")
+    memory = options.setdefault("gpu_memory_utilization", round(0.9 / engines_per_gpu, 3))
+    if memory * engines_per_gpu > 1:
+        raise ValueError(f"backend_options.gpu_memory_utilization {memory} x engines_per_gpu {engines_per_gpu} is more "
+                         "than the GPU: give each engine at most 1 / engines_per_gpu")
+    return 1.0 / engines_per_gpu
+
+
+@contextlib.contextmanager
+def gpu_turn(alone: bool) -> Iterator[dict[str, float]]:
+    """With ``alone``, hold this node's lock for the actor's GPU(s) (``ray.get_gpu_ids()``) while the block runs,
+    so engines sharing a GPU start one after another: vLLM sizes its KV cache from the GPU memory in use while it
+    starts, which another engine starting beside it would change. Yields ``{"wait_s": ...}`` (seconds waited for
+    the lock; ``held_s``, seconds held, is added when the block ends)."""
+    turn: dict[str, float] = {}
+    if not alone:
+        yield turn
+        return
+    import ray
+
+    gpus = "-".join(str(g) for g in ray.get_gpu_ids()) or "none"
+    began = time.perf_counter()
+    with open(Path(tempfile.gettempdir()) / f"monkeybarrel-gpu-{gpus}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        turn["wait_s"] = round(time.perf_counter() - began, 3)
+        try:
+            yield turn
+        finally:
+            turn["held_s"] = round(time.perf_counter() - began - turn["wait_s"], 3)
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def default_workers(resources: dict[str, float], gpus_per_worker: float, cpus_per_worker: float) -> int:

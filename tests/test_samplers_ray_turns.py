@@ -1,0 +1,70 @@
+"""Workers sharing a GPU take turns to start (:func:`~monkeybarrel.samplers.ray_pool.gpu_turn`), on a real local
+Ray with two (CPU-backed) GPU resources of its own: the module-wide pool of tests/test_samplers_ray.py holds its GPUs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from monkeybarrel.samplers.ray_pool import gpu_turn  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def two_gpus():
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+    yield
+    ray.shutdown()
+
+
+def test_workers_sharing_a_gpu_take_turns_to_start(two_gpus):
+    """Ray's own GPU assignment: actors of half a GPU land two to a GPU id; with the turn, the two on one GPU never
+    start at once (vLLM sizes its KV from the memory in use), those on different GPUs do not wait for each other."""
+    @ray.remote(num_gpus=0.5, num_cpus=0)
+    def start(alone: bool) -> tuple[tuple[int, ...], float, float]:
+        with gpu_turn(alone):
+            began = time.time()
+            time.sleep(1.0)
+            return tuple(ray.get_gpu_ids()), began, time.time()
+
+    for alone in (True, False):
+        spans = ray.get([start.remote(alone) for _ in range(4)])
+        by_gpu: dict = {}
+        for gpus, began, ended in spans:
+            by_gpu.setdefault(gpus, []).append((began, ended))
+        assert sorted(len(v) for v in by_gpu.values()) == [2, 2]
+        overlaps = [min(a[1], b[1]) - max(a[0], b[0]) for a, b in by_gpu.values()]
+        if alone:
+            assert all(o <= 0.05 for o in overlaps), overlaps
+        else:
+            assert all(o > 0.5 for o in overlaps), overlaps
+
+
+def test_a_pool_of_half_gpu_workers_starts_them_in_turn_and_samples_everything_once(two_gpus):
+    from collections import Counter
+
+    from monkeybarrel.core.config import GeneratorSpec
+    from monkeybarrel.core.records import Problem
+    from monkeybarrel.samplers.base import SampleRequest
+    from monkeybarrel.samplers.ray_pool import RaySampler
+
+    sampler = RaySampler(GeneratorSpec(id="half", max_tokens=6, temperature=0.8), backend_options={"num_threads": 1},
+                         num_gpus_per_worker=0.5, num_cpus_per_worker=0.5)
+    try:
+        info = sampler.worker_info()
+        assert len(info) == 4 and sorted(len(w["gpu_ids"]) for w in info) == [1, 1, 1, 1]
+        by_gpu: dict = {}
+        for w in info:
+            by_gpu.setdefault(tuple(w["gpu_ids"]), []).append(w)
+        assert sorted(len(v) for v in by_gpu.values()) == [2, 2]
+        for pair in by_gpu.values():  # the second of a GPU's workers waited for the first one's start
+            assert max(w["turn_wait_s"] for w in pair) >= 0.5 * min(w["init_s"] - w["turn_wait_s"] for w in pair)
+        assert sampler.timings["worker_turn_wait_s"] >= 0
+        problems = [Problem(f"q{i}", "arithmetic", prompt=f"What is {i} + 2?") for i in range(6)]
+        keys = Counter((c.problem_id, c.sample_index) for batch in sampler.sample(
+            [SampleRequest(p, (0, 1), i) for i, p in enumerate(problems)]) for c in batch)
+        assert set(keys) == {(p.problem_id, j) for p in problems for j in range(2)} and max(keys.values()) == 1
+    finally:
+        sampler.close()
