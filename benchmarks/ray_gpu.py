@@ -9,8 +9,9 @@ prompt (a few-shot header every problem shares: 16 shots are ~2.6k tokens). Vari
 - ``direct``: ``backend: vllm`` (``attention: auto``);
 - ``direct-vllm``: the same with ``attention: vllm`` (vLLM's own attention);
 - ``ray-1``: ``backend: ray`` with one vLLM worker holding the GPU;
-- ``ray-2``: two vLLM workers sharing the GPU (``num_gpus_per_worker: 0.5``, each 0.42 of its memory);
-- ``ray-Ng`` (N = 2, 4, 8, ...): N vLLM workers of one GPU each (data parallel);
+- ``ray-2``: two vLLM workers sharing the GPU (``engines_per_gpu: 2``, each 0.45 of its memory);
+- ``ray-Ng`` (N = 2, 4, 8, ...): N vLLM workers of one GPU each (data parallel); ``ray-Ng-xK``: K workers on
+  each of the N GPUs (``engines_per_gpu: K``; ``ray-1g-x2`` = ``ray-2``);
 - ``...-spawn`` (e.g. ``ray-1-spawn``, ``ray-4g-spawn``): the same with ``engine_in_actor: false``, vLLM's engine
   core in its own process, which vLLM spawns inside an actor (importing torch and vLLM again); the default
   keeps it in the actor (rows named ``...-inproc`` in the JSON files of 2026-11-27 are that default).
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -52,13 +54,16 @@ def variant(name: str, engine: dict) -> dict:
         return {"backend": "vllm", "options": engine}
     if name == "direct-vllm":
         return {"backend": "vllm", "options": {**engine, "attention": "vllm"}}
-    if name == "ray-2":
-        return {"backend": "ray", "options": {"backend": "vllm", "backend_options": {**engine, "gpu_memory_utilization": 0.42},
-                                              "num_workers": 2, "num_gpus_per_worker": 0.5}}
-    base, _, spawn = name.partition("-spawn")
-    workers = int(base[len("ray-"):].rstrip("g"))
-    return {"backend": "ray", "options": {"backend": "vllm", "backend_options": engine, "num_workers": workers,
-                                          "num_gpus_per_worker": 1, "engine_in_actor": not spawn}}
+    match = re.fullmatch(r"ray-(\d+)(g?)(?:-x(\d+))?(-spawn)?", name)
+    if match is None:
+        raise SystemExit(f"unknown variant {name!r} (direct, direct-vllm, ray-N, ray-Ng, ray-Ng-xK, ...-spawn)")
+    workers, gpus, per_gpu, spawn = int(match[1]), match[2], int(match[3] or 1), match[4]
+    if name == "ray-2":  # two workers sharing the one GPU
+        workers, per_gpu = 2, 2
+    options = {"backend": "vllm", "backend_options": engine, "num_workers": workers * (per_gpu if gpus else 1),
+               "engine_in_actor": not spawn}
+    options.update({"engines_per_gpu": per_gpu} if per_gpu > 1 else {"num_gpus_per_worker": 1})
+    return {"backend": "ray", "options": options}
 
 
 def few_shot_header(gsm8k: Path, shots: int) -> str | None:

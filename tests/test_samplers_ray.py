@@ -114,7 +114,7 @@ def test_engines_per_gpu_share_out_the_gpu_and_its_memory():
     assert sampler.actor_options()["num_gpus"] == 0.25
     for backend, options, count, gpus, message in [
             ("embedded", {}, 2, None, "backend 'embedded'"),
-            ("vllm", {"tensor_parallel_size": 2}, 2, None, "on 2 GPUs"),
+            ("vllm", {"tensor_parallel_size": 2}, 2, None, "vllm workers of 2 GPUs"),
             ("vllm", {}, 2, 0.5, "not both"),
             ("vllm", {"gpu_memory_utilization": 0.6}, 2, None, r"gpu_memory_utilization 0.6 x engines_per_gpu 2"),
             ("vllm", {}, 0, None, "integer >= 1"), ("vllm", {}, 1.5, None, "integer >= 1")]:

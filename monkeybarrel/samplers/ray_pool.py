@@ -570,8 +570,9 @@ def share_gpus(backend: str, options: dict[str, Any], engines_per_gpu: int, gpus
         raise ValueError(f"engines_per_gpu must be an integer >= 1, got {engines_per_gpu!r}")
     devices = int(options.get("tensor_parallel_size", 1)) * int(options.get("pipeline_parallel_size", 1))
     if backend != "vllm" or devices != 1:
+        given = f"backend {backend!r}" if backend != "vllm" else f"vllm workers of {devices} GPUs"
         raise ValueError("engines_per_gpu shares a GPU between vllm workers of one GPU each (backend vllm, "
-                         f"tensor_parallel_size 1), not backend {backend!r} on {devices} GPUs")
+                         f"tensor_parallel_size 1), not {given}")
     if gpus_per_worker is not None:
         raise ValueError("set engines_per_gpu or num_gpus_per_worker, not both")
     memory = options.setdefault("gpu_memory_utilization", round(0.9 / engines_per_gpu, 3))
