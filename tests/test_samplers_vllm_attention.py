@@ -134,3 +134,26 @@ def test_start_phases_read_the_seconds_vllm_logs_while_an_engine_starts():
     assert phases == {"weights_s": 2.75, "compiled_graphs_from_cache_s": 2.0, "cuda_graphs_s": 11.0,
                       "kv_cache_and_warmup_s": 19.25}
     assert logging.getLogRecordFactory() is before
+
+
+def test_engines_starting_side_by_side_keep_their_own_start_phases():
+    import threading
+
+    log = logging.getLogger("vllm.v1.worker.gpu.model_runner")
+    log.setLevel(logging.INFO)
+    before, results, barrier = logging.getLogRecordFactory(), {}, threading.Barrier(2)
+
+    def start(seconds: float) -> None:
+        with start_phases() as phases:
+            barrier.wait()  # both collect at once
+            log.info("Graph capturing finished in %.0f secs, took %.2f GiB", seconds, 0.5)
+            barrier.wait()
+        results[seconds] = phases
+
+    threads = [threading.Thread(target=start, args=(s,)) for s in (3.0, 7.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {3.0: {"cuda_graphs_s": 3.0}, 7.0: {"cuda_graphs_s": 7.0}}
+    assert logging.getLogRecordFactory() is before

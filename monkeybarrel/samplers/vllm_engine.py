@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -156,28 +157,50 @@ START_PHASES = {  # vLLM 0.26's start-up log messages (their format string's sta
 """Phases of an engine start that vLLM times itself, by the message it logs (an engine core in this process)."""
 
 
+_COLLECTING: dict[int, dict[str, float]] = {}  # thread id -> the phases of the engine that thread is starting
+_FACTORY_LOCK = threading.Lock()
+_FACTORY: list = []  # [the record factory before ours, ours] while any thread collects
+
+
+def _read_phase(record: logging.LogRecord) -> None:
+    phases = _COLLECTING.get(record.thread)
+    if phases is None or not record.name.startswith("vllm") or not isinstance(record.args, tuple):
+        return
+    for prefix, (name, index) in START_PHASES.items():
+        if str(record.msg).startswith(prefix) and len(record.args) > index:
+            with contextlib.suppress(TypeError, ValueError):
+                phases[name] = round(phases.get(name, 0.0) + float(record.args[index]), 3)
+
+
 @contextlib.contextmanager
 def start_phases() -> Iterator[dict[str, float]]:
-    """Collect, while the block runs, the seconds vLLM logs for each phase of an engine start in this process
+    """Collect, while the block runs, the seconds vLLM logs for each phase of an engine start in this thread
     (:data:`START_PHASES`: weights, torch.compile or its cache, the profiling run, CUDA-graph capture, KV cache and
-    warm-up); a phase logged more than once is summed. An engine core in another process logs elsewhere: nothing."""
+    warm-up); a phase logged more than once is summed. Read from the log records as they are made (vLLM
+    configures its loggers' handlers as it starts), per thread, so engines starting side by side in one process
+    keep their own figures. An engine core in another process logs elsewhere: nothing."""
     phases: dict[str, float] = {}
-    previous = logging.getLogRecordFactory()
+    with _FACTORY_LOCK:
+        if not _FACTORY:
+            previous = logging.getLogRecordFactory()
 
-    def record(*args: Any, **kwargs: Any) -> logging.LogRecord:  # vLLM configures its loggers' handlers as it starts
-        entry = previous(*args, **kwargs)
-        if entry.name.startswith("vllm") and isinstance(entry.args, tuple):
-            for prefix, (name, index) in START_PHASES.items():
-                if str(entry.msg).startswith(prefix) and len(entry.args) > index:
-                    with contextlib.suppress(TypeError, ValueError):
-                        phases[name] = round(phases.get(name, 0.0) + float(entry.args[index]), 3)
-        return entry
+            def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+                entry = previous(*args, **kwargs)
+                _read_phase(entry)
+                return entry
 
-    logging.setLogRecordFactory(record)
+            _FACTORY[:] = [previous, record]
+            logging.setLogRecordFactory(record)
+        _COLLECTING[threading.get_ident()] = phases
     try:
         yield phases
     finally:
-        logging.setLogRecordFactory(previous)
+        with _FACTORY_LOCK:
+            _COLLECTING.pop(threading.get_ident(), None)
+            if not _COLLECTING and _FACTORY:
+                if logging.getLogRecordFactory() is _FACTORY[1]:  # another library's factory since stays
+                    logging.setLogRecordFactory(_FACTORY[0])
+                _FACTORY.clear()
 
 
 def on_cpu() -> bool:
