@@ -10,7 +10,7 @@ from monkeybarrel.core.config import EvaluateSpec, ExperimentConfig, SelectorSpe
 from monkeybarrel.core.metrics import majority_curve, selection_accuracy
 from monkeybarrel.core.selection_data import SelectionData
 from monkeybarrel.orchestrator.report.accuracy_vs_k import accuracy_vs_k, pool_answer_frequency, random_k_subset
-from monkeybarrel.orchestrator.report.markdown import plot_curves, render_markdown
+from monkeybarrel.orchestrator.report.markdown import plot_curves, render_markdown, start_lines
 from monkeybarrel.orchestrator.stages.select import build_selector, fit_selector
 
 SELECTORS = [SelectorSpec(name="majority", type="majority"), SelectorSpec(name="weaver", type="weaver"),
@@ -186,3 +186,22 @@ def test_one_rule_for_the_majority_curve_and_the_selector_on_split_answers_and_t
 
     at_n = majority_at_k(data.answers, y, data.groups, data.tiebreak, data.n_problems, 6)
     assert at_n == selection_accuracy(MajorityVote().select(data), y)
+
+
+def test_the_report_says_where_each_engines_start_went():
+    sampled = {
+        "ray8b": {"wall_s": 94.4, "ray_init_s": 4.2, "workers_ready_s": 57.4, "first_worker_ready_s": 57.1,
+                  "worker_actor_up_s": 2.5, "worker_init_s": 48.0, "worker_turn_wait_s": 0.0, "worker_import_s": 18.8,
+                  "worker_engine_start_s": 29.2, "worker_compile_s": 17.4, "worker_cuda_graphs_s": 3.6, "gpu_s": 10.0},
+        "direct": {"wall_s": 66.0, "import_s": 6.5, "engine_start_s": 29.2, "engine_weights_s": 2.0,
+                   "engine_kv_cache_and_warmup_s": 9.0},
+        "embedded": {"wall_s": 3.0, "gpu_s": 0.0},  # no engine start: no line
+    }
+    assert start_lines(sampled) == [
+        "- ray8b: 57.4 (Ray 4.2, actor up 2.5, waiting for its GPU 0.0, import 18.8, engine 29.2; "
+        "inside the engine: compile 17.4, cuda graphs 3.6)",
+        "- direct: 35.7 (import 6.5, engine 29.2; inside the engine: weights 2.0, kv cache and warmup 9.0)"]
+    text = render_markdown("t", {"n_problems": 1, "n_candidates": 1, "samples_per_problem": {"min": 1, "max": 1},
+                                 "ks": [1], "coverage": {"1": 1.0}, "majority": {"1": 1.0}, "selection": {}},
+                           {"costs": {"generators": {}}, "runs": [{"sampled": sampled}]}, None)
+    assert "Engine starts in the last run (s):" in text and "- direct: 35.7 (import 6.5" in text

@@ -102,6 +102,10 @@ def test_an_experiment_on_ray_streams_into_the_store_and_resumes(local_ray, tmp_
     runs = experiment.manifest()["runs"]
     assert runs[-1]["sampled"]["smol"]["samples"] == 3 and runs[-1]["sampled"]["smol"]["gpu_s"] == 0.0
     assert "majority" in experiment.metrics()["selection"]
+    # the report says where the workers' start went (Ray, the actor, the sampler's build inside it)
+    sampled = runs[-1]["sampled"]["smol"]
+    start = next(line for line in (out / "report.md").read_text().splitlines() if line.startswith("- smol: "))
+    assert start.startswith(f"- smol: {sampled['workers_ready_s']:.1f} (Ray {sampled['ray_init_s']:.1f}, actor up ")
 
 
 def test_engines_per_gpu_share_out_the_gpu_and_its_memory():

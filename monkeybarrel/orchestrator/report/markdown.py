@@ -114,6 +114,9 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
         if any(costs.get("stage_gpu_s", {}).values()):
             lines += ["Stage GPU time of the last run (GPU s): "
                       + ", ".join(f"{k} {v:.1f}" for k, v in costs["stage_gpu_s"].items())]
+        starts = start_lines((manifest.get("runs") or [{}])[-1].get("sampled") or {})
+        if starts:
+            lines += ["", "Engine starts in the last run (s):", ""] + starts
     sandboxes = (manifest.get("runs") or [{}])[-1].get("sandbox", [])
     if sandboxes:
         lines += ["", "Sandbox of the last run (untrusted code: labels, code verifiers): "
@@ -122,6 +125,34 @@ def render_markdown(name: str, metrics: dict[str, Any], manifest: dict[str, Any]
     lines += ["", f"Config hash `{manifest.get('config_hash', '?')}`; monkeybarrel {versions.get('monkeybarrel', '?')}, "
               f"torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}."]
     return "\n".join(lines) + "\n"
+
+
+START_PARTS = (("ray_init_s", "Ray"), ("worker_actor_up_s", "actor up"), ("worker_turn_wait_s", "waiting for its GPU"),
+               ("import_s", "import"), ("worker_import_s", "import"), ("engine_start_s", "engine"),
+               ("worker_engine_start_s", "engine"))
+"""Parts of a start, in the order they happen, as the sample stage records them (a direct vLLM engine: ``import_s``,
+``engine_start_s``; Ray: ``ray_init_s`` and the last worker's ``worker_*``)."""
+
+
+def start_lines(sampled: dict[str, dict[str, Any]]) -> list[str]:
+    """One bullet per generator whose engine started in the run: the start's total and its parts, then the phases
+    vLLM timed inside the engine's start (``engine_<phase>`` / ``worker_<phase>``)."""
+    known = {key for key, _ in START_PARTS} | {"first_worker_ready_s", "worker_init_s", "workers_not_up"}
+    lines = []
+    for generator, info in sampled.items():
+        total = info.get("workers_ready_s", info.get("engine_start_s"))
+        if total is None:
+            continue
+        if "workers_ready_s" not in info:
+            total = round(total + (info.get("import_s") or 0.0), 3)
+        parts = [f"{label} {info[key]:.1f}" for key, label in START_PARTS if info.get(key) is not None]
+        phases = [f"{key.split('_', 1)[1].removesuffix('_s').replace('_', ' ')} {value:.1f}"
+                  for key, value in info.items() if key.startswith(("engine_", "worker_")) and key not in known
+                  and isinstance(value, (int, float))]
+        inside = f"inside the engine: {', '.join(phases)}" if phases else ""
+        detail = "; ".join(x for x in (", ".join(parts), inside) if x)
+        lines.append(f"- {generator}: {total:.1f}" + (f" ({detail})" if detail else ""))
+    return lines
 
 
 def _fitted(law: dict | None) -> bool:

@@ -109,11 +109,15 @@ def _sampler(spec: GeneratorSpec, index: int) -> Sampler:
 
 
 def _start_figures(sampler: Sampler) -> dict[str, float]:
-    """Start-up seconds a sampler reports (``engine_start_s``; Ray's ``ray_init_s``, ``workers_ready_s``): a
-    stage records those that appeared while it ran, so an engine shared by several experiments counts once."""
+    """Start-up seconds a sampler reports (``engine_start_s`` with vLLM's ``import_s`` and ``engine_<phase>``; Ray's
+    ``ray_init_s``, ``workers_ready_s`` and the last worker's ``worker_*`` split): a stage records those that
+    appeared while it ran, so an engine shared by several experiments counts once."""
     figures = dict(getattr(sampler, "timings", None) or {})
     if getattr(sampler, "engine_start_s", None) is not None:
         figures["engine_start_s"] = sampler.engine_start_s
+        if getattr(sampler, "import_s", None) is not None:  # the vllm backend: its import, then the engine's phases
+            figures["import_s"] = sampler.import_s
+        figures.update({f"engine_{k}": v for k, v in (getattr(sampler, "start_phases", None) or {}).items()})
     return figures
 
 
