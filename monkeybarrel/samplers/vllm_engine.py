@@ -26,7 +26,7 @@ from ..kernels import vllm_plugin
 
 __all__ = ["ATTENTION_CHOICES", "MIN_SHARING", "OURS_ENGINE_DEFAULTS", "ENGINE_CACHE_ENV", "prompt_sharing",
            "choose_attention", "engine_arguments", "capture_sizes", "use_engine_cache", "on_cpu", "start_phases",
-           "START_PHASES"]
+           "START_PHASES", "engine_devices"]
 
 ATTENTION_CHOICES = ("auto", "monkeybarrel", "vllm")
 MIN_SHARING = 2.0
@@ -80,6 +80,11 @@ def choose_attention(requested: str, sharing: float, prefix_caching: bool) -> tu
     if sharing < MIN_SHARING:
         return "vllm", f"auto: prompts are read {sharing:.2f}x per step (< {MIN_SHARING:g}x): little to share"
     return "monkeybarrel", f"auto: prompts are read {sharing:.1f}x per step by vLLM's backend, once by ours"
+
+
+def engine_devices(options: dict[str, Any]) -> int:
+    """GPUs one engine with these ``vllm`` options spans: ``tensor_parallel_size`` x ``pipeline_parallel_size``."""
+    return int(options.get("tensor_parallel_size", 1)) * int(options.get("pipeline_parallel_size", 1))
 
 
 def capture_sizes(largest: int) -> list[int]:

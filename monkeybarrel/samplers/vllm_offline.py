@@ -47,7 +47,7 @@ from ..core.models import resolve_model
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
 from .vllm_engine import (ATTENTION_CHOICES, MIN_SHARING, OURS_ENGINE_DEFAULTS, choose_attention, engine_arguments,
-                          on_cpu, prompt_sharing, start_phases, use_engine_cache)
+                          engine_devices, on_cpu, prompt_sharing, start_phases, use_engine_cache)
 
 __all__ = ["VLLMSampler", "ATTENTION_CHOICES", "MIN_SHARING", "OURS_ENGINE_DEFAULTS", "choose_attention",
            "engine_arguments", "prompt_sharing"]
@@ -194,8 +194,7 @@ class VLLMSampler(Sampler):
     def _engine_gpus(self) -> int:
         if on_cpu():
             return 0
-        return int(self.engine_args.get("tensor_parallel_size", 1)) * int(
-            self.engine_args.get("pipeline_parallel_size", 1))
+        return engine_devices(self.engine_args)
 
     @property
     def llm(self):
