@@ -14,6 +14,9 @@
 #   STAGES="mprof" bash benchmarks/gpu_lanes.sh        # #31: decode-step profiles (1B, 8B) and two engines per GPU (1B)
 #   STAGES="dp4start" bash benchmarks/gpu_lanes.sh     # #32: where 4 data-parallel workers' start goes
 #   STAGES="epg" bash benchmarks/gpu_lanes.sh          # #31: two engines a GPU through `monkeybarrel run` (1B, 8B)
+#   STAGES="imports" bash benchmarks/gpu_lanes.sh      # #32: importing vLLM, 4 processes at once, before / after bytecode
+#   STAGES="start" bash benchmarks/gpu_lanes.sh        # #31: cold and cached starts, torch.compile or not (1B, 8B)
+# DPV=-nc runs the data-parallel stages (dp, dp4) without torch.compile (ray_gpu.py's variant suffix).
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -67,9 +70,11 @@ for s in ${STAGES:-setup}; do
       # default) and spawned, 2 GPUs, side by side on one host
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
          --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"
-      lane dp1 0 $R --variants ray-1 --workdir "$W/dp1" --out "$OUT/dp_1.json"
-      lane dp1spawn 3 $R --variants ray-1-spawn --workdir "$W/dp1s" --out "$OUT/dp_1_spawn.json"
-      lane dp2 1,2 $R --variants ray-2g --workdir "$W/dp2" --out "$OUT/dp_2.json"
+      lane dp1 0 $R --variants ray-1$DPV --workdir "$W/dp1" --out "$OUT/dp_1.json"
+      lane dp2 1,2 $R --variants ray-2g$DPV --workdir "$W/dp2" --out "$OUT/dp_2.json"
+      [ -n "$DP_EPG" ] && lane epg1b 3 $PY benchmarks/ray_gpu.py --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 \
+        --samples 64 --max-tokens 256 --shots 4 --engine-cache $CACHE --variants ray-1$DPV,ray-2$DPV --preset 1b \
+        --workdir "$W/epg1b" --out "$OUT/engines_per_gpu_1b.json"
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-700 ;;
     mprof)  # #31: where a decode step goes (kernel tables, ms a step) at 1B and 8B, ours and vLLM tuned, and the
       # 1B table with two engines sharing each GPU (is a step bound by vLLM's CPU work per sequence?)
@@ -98,7 +103,7 @@ for s in ${STAGES:-setup}; do
     dp4)  # data parallel on 4 GPUs (same job)
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
          --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"
-      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-280} $R --variants ray-4g --workdir "$W/dp4" \
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-280} $R --variants ray-4g$DPV --workdir "$W/dp4" \
         --out "$OUT/dp_4.json" > "$W/dp4.log" 2>&1
       grep -h '"variant"' "$W/dp4.log" | cut -c1-700 ;;
     tpparity)  # greedy tokens at TP 1 vs 2, ours and vLLM's attention (the control), two engines at a time
@@ -119,6 +124,36 @@ for s in ${STAGES:-setup}; do
         --presets 1b --n 1b:64 --variants natural --columns ours --workdir "$W/1b" --out "$OUT/monkeys_1b_plan.json" \
         > "$W/1b.log" 2>&1
       summary "$W"/*.log ;;
+    imports)  # what importing vLLM costs 4 fresh processes at once (engines starting side by side), then one process's
+      # -X importtime; before and after the unpacked site's bytecode is compiled (setup with COMPILE_BYTECODE=0 first)
+      for when in before after; do
+        if [ $when = after ]; then
+          t1=$(date +%s%N); $PY -m compileall -q -j 0 /tmp/site > /dev/null 2>&1; touch /tmp/site/.bytecode
+          echo "{\"compileall_s\": $(( ($(date +%s%N) - t1) / 1000000 ))e-3}" | tee "$W/compileall.txt"
+        fi
+        for i in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$i $PY benchmarks/import_time.py > "$W/import_${when}_$i.txt" 2>&1 & done
+        wait; for i in 0 1 2 3; do echo "$when $(tail -1 "$W/import_${when}_$i.txt")"; done | tee -a "$OUT/imports.txt"
+      done
+      $PY benchmarks/import_time.py | sed 's/^/alone /' | tee -a "$OUT/imports.txt"
+      $PY -X importtime -c "from vllm import LLM" 2> "$W/importtime.txt"
+      sort -t'|' -k2 -n -r "$W/importtime.txt" | head -25 ;;
+    start)  # engine starts on this fresh machine, cold (an empty cache) then again (the cache it filled), with
+      # torch.compile (vLLM's default) and without (torch_compile: false), 1B and 8B, and each job's generation speed:
+      # GSM8K 128 x 32 x 256 tokens, 4-shot; the 8B compiled lane fills $CACHE (the data-parallel engine's key)
+      S="$PY benchmarks/ray_gpu.py --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 32 --max-tokens 256 \
+         --shots 4"
+      startlane() {  # startlane NAME GPU PRESET VARIANT CACHE
+        lane "$1" "$2" bash -c "$S --preset $3 --variants $4 --engine-cache $5 --workdir $W/$1 --out $OUT/start_$1_cold.json \
+          && $S --preset $3 --variants $4 --engine-cache $5 --workdir $W/$1 --out $OUT/start_$1_cached.json"
+      }
+      startlane s8b 0 8b direct $CACHE; startlane s8bnc 1 8b direct-nc /tmp/cache_s8bnc
+      startlane s1b 2 1b direct /tmp/cache_s1b; startlane s1bnc 3 1b direct-nc /tmp/cache_s1bnc
+      wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900 ;;
+    x4)  # #31: four engines sharing each GPU at 1B (ours), every engine's log kept
+      M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE"
+      CUDA_VISIBLE_DEVICES=0 timeout ${T_X4:-300} $M --presets 1b --n 1b:64 --columns ours --engines-per-gpu 4 \
+        --workdir "$W/x4" --out "$OUT/monkeys_1b_x4_ours.json" > "$W/x4.log" 2>&1
+      echo "x4 exit $?"; summary "$W/x4.log" ;;
     tp70b)
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout "$T" $PY benchmarks/vllm_attention_auto.py --presets 70b --tp 4 --once \
         --same-engine --jobs "${JOBS70:-8x128x2048x128,32x64x1024x128,256x1x2048x128}" \

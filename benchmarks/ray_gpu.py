@@ -12,6 +12,8 @@ prompt (a few-shot header every problem shares: 16 shots are ~2.6k tokens). Vari
 - ``ray-2``: two vLLM workers sharing the GPU (``engines_per_gpu: 2``, each 0.45 of its memory);
 - ``ray-Ng`` (N = 2, 4, 8, ...): N vLLM workers of one GPU each (data parallel); ``ray-Ng-xK``: K workers on
   each of the N GPUs (``engines_per_gpu: K``; ``ray-1g-x2`` = ``ray-2``);
+- ``...-nc`` (any variant, e.g. ``direct-nc``, ``ray-4g-nc``): the engine without torch.compile
+  (``torch_compile: false``: eager model, a full CUDA graph per decode step);
 - ``...-spawn`` (e.g. ``ray-1-spawn``, ``ray-4g-spawn``): the same with ``engine_in_actor: false``, vLLM's engine
   core in its own process, which vLLM spawns inside an actor (importing torch and vLLM again); the default
   keeps it in the actor (rows named ``...-inproc`` in the JSON files of 2026-11-27 are that default).
@@ -50,13 +52,15 @@ def shape_with_tokenizer(preset: str, tokenizer: Path, out: Path) -> Path:
 
 def variant(name: str, engine: dict) -> dict:
     """The generator's backend and options for variant ``name`` (module docstring)."""
+    if name.endswith("-nc"):
+        name, engine = name[:-3], {**engine, "torch_compile": False}
     if name == "direct":
         return {"backend": "vllm", "options": engine}
     if name == "direct-vllm":
         return {"backend": "vllm", "options": {**engine, "attention": "vllm"}}
     match = re.fullmatch(r"ray-(\d+)(g?)(?:-x(\d+))?(-spawn)?", name)
     if match is None:
-        raise SystemExit(f"unknown variant {name!r} (direct, direct-vllm, ray-N, ray-Ng, ray-Ng-xK, ...-spawn)")
+        raise SystemExit(f"unknown variant {name!r} (direct, direct-vllm, ray-N, ray-Ng, ray-Ng-xK, ...-spawn, ...-nc)")
     workers, gpus, per_gpu, spawn = int(match[1]), match[2], int(match[3] or 1), match[4]
     if name == "ray-2":  # two workers sharing the one GPU
         workers, per_gpu = 2, 2
@@ -108,8 +112,8 @@ def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
               "start_inside_stage_s": round(inside, 1), "generation_s": round(generation_s, 2),
               "completion_tokens": tokens, "generation_tok_s": round(tokens / generation_s, 1),
               "gpu_s": sampled.get("gpu_s"), "errors": sampled.get("errors"),
-              **{k: v for k, v in sampled.items() if k in ("engine_start_s", "ray_init_s", "workers_ready_s",
-                                                           "first_worker_ready_s") or k.startswith("worker_")}}
+              **{k: v for k, v in sampled.items() if k in ("import_s", "ray_init_s", "workers_ready_s",
+                                                           "first_worker_ready_s") or k.startswith(("worker_", "engine_"))}}
     print(json.dumps(result), flush=True)
     return result
 

@@ -17,13 +17,18 @@ if [ -f "$bundle/ray.tar.xz" ] && [ ! -d "$site/ray" ]; then
 fi
 if [ -f "$bundle/deps.tar.xz" ] && [ ! -d /tmp/tokenizer ]; then
   mkdir -p /tmp/deps && xz -dc "$bundle/deps.tar.xz" | tar -x -C /tmp/deps
-  "$py" -m pip install -q --no-index --no-deps --no-compile --target "$site" /tmp/deps/whl/*.whl
+  "$py" -m pip install -q --no-index --no-deps --target "$site" /tmp/deps/whl/*.whl
   cp -r /tmp/deps/tokenizer /tmp/tokenizer
 fi
 if ls "$bundle"/gguf.part* >/dev/null 2>&1 && [ ! -s /tmp/smol.gguf ]; then
   cat "$bundle"/gguf.part* > /tmp/smol.gguf
 fi
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+if [ "${COMPILE_BYTECODE:-1}" = 1 ] && [ ! -f "$site/.bytecode" ]; then
+  # pip writes a package's bytecode as it installs it; an unpacked tree has none, so each process that first
+  # imports a module compiles it, and engines starting side by side each compile all of vLLM at once
+  "$py" -m compileall -q -j 0 "$site" > /dev/null 2>&1; touch "$site/.bytecode"
+fi
 "$py" -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | grep -v -i warning | tail -2 || true
 "$py" - <<'PY'
 import importlib, importlib.metadata as md

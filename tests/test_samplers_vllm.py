@@ -109,6 +109,24 @@ def test_offline_vllm_throughput_path_keeps_the_samples_and_the_text():
         sampler.close()
 
 
+def test_an_engine_without_torch_compile_compiles_nothing_and_samples_the_same():
+    """``torch_compile: false`` (no enforce_eager): vLLM is told to compile nothing, its start records no compile
+    phase, and the seeded samples are the ones an eager engine draws."""
+    problem = Problem("p", "arithmetic", prompt="What is 17 + 25? Think step by step.")
+    texts, engines = {}, {"eager": {"enforce_eager": True}, "no_compile": {"torch_compile": False}}
+    for name, option in engines.items():
+        sampler = VLLMSampler(GeneratorSpec(id="v", max_tokens=16, temperature=1.0), dtype="float32",
+                              max_model_len=1024, cpu_kvcache_gib=1, **option)
+        try:
+            texts[name] = [c.text for batch in sampler.sample([SampleRequest(problem, (0, 1, 2), 7)]) for c in batch]
+            if name == "no_compile":
+                assert int(sampler.llm.llm_engine.vllm_config.compilation_config.mode) == 0
+                assert "compile_s" not in sampler.start_phases and sampler.engine_start_s is not None
+        finally:
+            sampler.close()
+    assert texts["no_compile"] == texts["eager"] and len(set(texts["eager"])) > 1
+
+
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     with socket.socket() as probe:

@@ -76,6 +76,20 @@ def test_engine_arguments_size_our_engine_for_throughput_without_overriding_the_
     assert engine_arguments("monkeybarrel", {**base, "compilation_config": 3})["compilation_config"] == 3
 
 
+@pytest.mark.parametrize("attention", ["monkeybarrel", "vllm"])
+def test_an_engine_without_torch_compile_runs_eagerly_with_full_decode_graphs(attention):
+    base = {"dtype": "bfloat16", "enable_prefix_caching": True}
+    eager = engine_arguments(attention, base, job_sequences=512, torch_compile=False)["compilation_config"]
+    assert eager["mode"] == 0 and eager["cudagraph_mode"] == "FULL_DECODE_ONLY"
+    if attention == "monkeybarrel":  # still only the job's graph sizes
+        assert eager["cudagraph_capture_sizes"] == capture_sizes(512)
+    assert "mode" not in engine_arguments(attention, base).get("compilation_config", {})  # vLLM's default: compile
+    # the user's own keys win; an optimisation level given as an int is kept as given
+    user = engine_arguments(attention, {**base, "compilation_config": {"cudagraph_mode": "NONE"}}, torch_compile=False)
+    assert user["compilation_config"]["cudagraph_mode"] == "NONE" and user["compilation_config"]["mode"] == 0
+    assert engine_arguments(attention, {**base, "compilation_config": 0}, torch_compile=False)["compilation_config"] == 0
+
+
 @pytest.mark.parametrize("largest", [1, 2, 3, 7, 64, 100, 512, 513, 1000, 1024, 2048, 4096])
 def test_capture_sizes_cover_every_batch_up_to_the_largest_with_little_padding(largest):
     sizes = capture_sizes(largest)
@@ -134,6 +148,24 @@ def test_start_phases_read_the_seconds_vllm_logs_while_an_engine_starts():
     assert phases == {"weights_s": 2.75, "compiled_graphs_from_cache_s": 2.0, "cuda_graphs_s": 11.0,
                       "kv_cache_and_warmup_s": 19.25}
     assert logging.getLogRecordFactory() is before
+
+
+def test_a_factory_installed_over_ours_does_not_count_a_later_start_twice():
+    """vLLM installs its own log-record factory over the current one while an engine starts, so ours stays in the
+    chain after the block; the next engine's start must still read each message once."""
+    log = logging.getLogger("vllm.v1.worker.gpu.model_runner")
+    log.setLevel(logging.INFO)
+    before = logging.getLogRecordFactory()
+    try:
+        with start_phases() as first:
+            inner = logging.getLogRecordFactory()
+            logging.setLogRecordFactory(lambda *a, **k: inner(*a, **k))  # another library wraps ours
+            log.info("Graph capturing finished in %.0f secs, took %.2f GiB", 2.0, 0.5)
+        with start_phases() as second:
+            log.info("Graph capturing finished in %.0f secs, took %.2f GiB", 5.0, 0.5)
+        assert first == {"cuda_graphs_s": 2.0} and second == {"cuda_graphs_s": 5.0}
+    finally:
+        logging.setLogRecordFactory(before)
 
 
 def test_engines_starting_side_by_side_keep_their_own_start_phases():

@@ -26,7 +26,7 @@ from ..kernels import vllm_plugin
 
 __all__ = ["ATTENTION_CHOICES", "MIN_SHARING", "OURS_ENGINE_DEFAULTS", "ENGINE_CACHE_ENV", "prompt_sharing",
            "choose_attention", "engine_arguments", "capture_sizes", "use_engine_cache", "on_cpu", "start_phases",
-           "START_PHASES", "engine_devices"]
+           "START_PHASES", "engine_devices", "EAGER_WITH_GRAPHS"]
 
 ATTENTION_CHOICES = ("auto", "monkeybarrel", "vllm")
 MIN_SHARING = 2.0
@@ -37,6 +37,11 @@ OURS_ENGINE_DEFAULTS: dict[str, Any] = {"max_num_seqs": 2048, "max_num_batched_t
 """Engine arguments with our kernel (a user's ``engine_kwargs`` win): with the prompt's KV read once per
 group, attention costs little per extra sequence, so a step carries 2,048 sequences (vLLM's H100 default
 is 1,024), and every decode step up to that size replays a full CUDA graph (:func:`capture_sizes`)."""
+EAGER_WITH_GRAPHS: dict[str, Any] = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}
+"""``compilation_config`` of an engine started without torch.compile (the ``torch_compile: false`` option): the
+model runs eagerly on vLLM's own CUDA kernels (norms, activation, RoPE), and every decode step replays one full
+CUDA graph (ours and FlashAttention both capture whole decode steps), so a start compiles nothing and needs no
+cache; prefill and mixed steps run eagerly (few, and large enough not to wait on kernel launches)."""
 ENGINE_CACHE_ENV = "MONKEYBARREL_ENGINE_CACHE"
 """Environment variable naming the engine cache directory when the ``engine_cache`` option is not set."""
 
@@ -104,14 +109,16 @@ def capture_sizes(largest: int) -> list[int]:
     return sizes
 
 
-def engine_arguments(attention: str, engine_args: dict[str, Any], job_sequences: int | None = None) -> dict[str, Any]:
+def engine_arguments(attention: str, engine_args: dict[str, Any], job_sequences: int | None = None,
+                     torch_compile: bool = True) -> dict[str, Any]:
     """``vllm.LLM`` keyword arguments for ``attention`` (``monkeybarrel`` or ``vllm``) over the user's ``engine_args``.
 
     With ours the backend is registered in this process (vLLM's own processes do it through the entry
     point), :data:`OURS_ENGINE_DEFAULTS` fill what the user did not set, and decode steps up to
     ``max_num_seqs`` (or ``job_sequences``, the most sequences the job will ever run at once, when
     smaller) are captured as full CUDA graphs at :func:`capture_sizes`. vLLM's own attention keeps
-    vLLM's defaults.
+    vLLM's defaults. ``torch_compile=False`` adds :data:`EAGER_WITH_GRAPHS` (a user's ``compilation_config``
+    keys win; an optimisation level given as an int is kept as given).
     """
     args = {k: v for k, v in engine_args.items() if v is not None}
     if attention == "monkeybarrel":
@@ -126,6 +133,9 @@ def engine_arguments(attention: str, engine_args: dict[str, Any], job_sequences:
             if compilation and ("max_cudagraph_capture_size" in compilation or "cudagraph_capture_sizes" in compilation):
                 default = {}  # the user chose the graphs
             args["compilation_config"] = {**default, **(compilation or {})}
+    compilation = args.get("compilation_config")
+    if not torch_compile and not isinstance(compilation, int):
+        args["compilation_config"] = {**EAGER_WITH_GRAPHS, **(compilation or {})}
     return args
 
 
@@ -171,6 +181,9 @@ def _read_phase(record: logging.LogRecord) -> None:
     phases = _COLLECTING.get(record.thread)
     if phases is None or not record.name.startswith("vllm") or not isinstance(record.args, tuple):
         return
+    if record.__dict__.get("_start_phase_read"):  # a factory left in another's chain by an earlier collector
+        return
+    record._start_phase_read = True
     for prefix, (name, index) in START_PHASES.items():
         if str(record.msg).startswith(prefix) and len(record.args) > index:
             with contextlib.suppress(TypeError, ValueError):

