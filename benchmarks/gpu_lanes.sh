@@ -16,6 +16,7 @@
 #   STAGES="epg" bash benchmarks/gpu_lanes.sh          # #31: two engines a GPU through `monkeybarrel run` (1B, 8B)
 #   STAGES="imports" bash benchmarks/gpu_lanes.sh      # #32: importing vLLM, 4 processes at once, before / after bytecode
 #   STAGES="start" bash benchmarks/gpu_lanes.sh        # #31: cold and cached starts, torch.compile or not (1B, 8B)
+#   STAGES="x4" bash benchmarks/gpu_lanes.sh           # #31: four engines a GPU at 1B, ours and vLLM tuned, beside one of each
 # DPV=-nc runs the data-parallel stages (dp, dp4) without torch.compile (ray_gpu.py's variant suffix).
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
 set -o pipefail
@@ -149,11 +150,16 @@ for s in ${STAGES:-setup}; do
       startlane s8b 0 8b direct $CACHE; startlane s8bnc 1 8b direct-nc /tmp/cache_s8bnc
       startlane s1b 2 1b direct /tmp/cache_s1b; startlane s1bnc 3 1b direct-nc /tmp/cache_s1bnc
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900 ;;
-    x4)  # #31: four engines sharing each GPU at 1B (ours), every engine's log kept
-      M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE"
-      CUDA_VISIBLE_DEVICES=0 timeout ${T_X4:-300} $M --presets 1b --n 1b:64 --columns ours --engines-per-gpu 4 \
-        --workdir "$W/x4" --out "$OUT/monkeys_1b_x4_ours.json" > "$W/x4.log" 2>&1
-      echo "x4 exit $?"; summary "$W/x4.log" ;;
+    x4)  # #31: four engines sharing each GPU at 1B, ours and vLLM tuned, beside one engine of each (every engine's
+      # log kept); no torch.compile, so a fresh machine compiles nothing
+      M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE --no-compile \
+         --presets 1b --n 1b:64"
+      lane x4 0 $M --columns ours --engines-per-gpu 4 --workdir "$W/x4" --out "$OUT/monkeys_1b_x4_ours.json"
+      lane x4t 1 $M --columns vllm_tuned --tuned 2048:32768 --engines-per-gpu 4 --workdir "$W/x4t" \
+        --out "$OUT/monkeys_1b_x4_tuned.json"
+      lane x1 2 $M --columns ours --workdir "$W/x1" --out "$OUT/monkeys_1b_x1_ours.json"
+      lane x1t 3 $M --columns vllm_tuned --tuned 2048:32768 --workdir "$W/x1t" --out "$OUT/monkeys_1b_x1_tuned.json"
+      wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
     tp70b)
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout "$T" $PY benchmarks/vllm_attention_auto.py --presets 70b --tp 4 --once \
         --same-engine --jobs "${JOBS70:-8x128x2048x128,32x64x1024x128,256x1x2048x128}" \

@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from model_shapes import PRESETS, shape_dir  # noqa: E402
+from monkeybarrel.samplers.vllm_engine import engine_arguments, shared_gpu_memory  # noqa: E402
 
 TEMPERATURE, TOP_P, FIXED_TOKENS, SHOTS = 0.6, 1.0, 256, 4
 PROFILE_TOKENS = 64
@@ -151,7 +152,7 @@ def run_vllm(model: str, engine: dict, work: dict, variants: list[str], detokeni
 
 
 def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_levers: dict[str, dict],
-             lever_variants: list[str], sync=lambda job: None, profile: str = "") -> dict:
+             lever_variants: list[str], sync=lambda job: None, profile: str = "", torch_compile: bool = True) -> dict:
     """The ``vllm`` sampler (attention auto, our engine options) through ``sample``/``serve``; each job once per
     request-level setting in ``request_levers`` (name -> sampler attributes; ``""`` = as shipped; the others
     on ``lever_variants`` only)."""
@@ -191,6 +192,7 @@ def run_ours(model: str, engine: dict, work: dict, variants: list[str], request_
                            max_model_len=engine.pop("max_model_len", None),
                            gpu_memory_utilization=engine.pop("gpu_memory_utilization", 0.9),
                            tensor_parallel_size=engine.pop("tensor_parallel_size", 1),
+                           torch_compile=torch_compile,
                            engine_kwargs={"load_format": "dummy", **engine, **profiler_args(profile)})
     requests = [SampleRequest(p, tuple(range(work["n"])), i) for i, p in enumerate(problems)]
     sampler.load(requests)
@@ -264,10 +266,12 @@ def engine_process(spec: dict) -> dict:
             time.sleep(0.05)
 
     profile = spec.get("profile", "")
-    if spec["kind"] == "vllm":
-        return run_vllm(spec["model"], spec["engine"], work, spec["variants"], spec["detokenize"], sync, profile)
+    compiled = spec.get("torch_compile", True)
+    if spec["kind"] == "vllm":  # vLLM alone, given the same compilation choice as ours
+        return run_vllm(spec["model"], engine_arguments("vllm", spec["engine"], torch_compile=compiled), work,
+                        spec["variants"], spec["detokenize"], sync, profile)
     return run_ours(spec["model"], spec["engine"], work, spec["variants"], spec["request_levers"],
-                    spec.get("lever_variants") or spec["variants"], sync, profile)
+                    spec.get("lever_variants") or spec["variants"], sync, profile, compiled)
 
 
 def profiler_args(directory: str) -> dict:
@@ -320,12 +324,12 @@ def spawn(spec: dict, log: Path) -> dict | None:
 
 def spawn_together(spec: dict, world: int, base: Path) -> dict | None:
     """``world`` engines of ``spec`` side by side on the same GPU(s) (each ``1/world`` of the memory, every
-    ``world``-th problem, each job started together); one result whose jobs count all their tokens over the
+    ``world``-th problem, each job started together; :func:`shared_gpu_memory`); one result whose jobs count all their tokens over the
     wall time from the first engine's start of the job to the last one's end."""
     from concurrent.futures import ThreadPoolExecutor
 
-    engine = {**spec["engine"], "gpu_memory_utilization": round(spec["engine"].get("gpu_memory_utilization", 0.9)
-                                                                / world, 3)}
+    engine = {**spec["engine"], "gpu_memory_utilization": shared_gpu_memory(world, spec["engine"].get(
+        "gpu_memory_utilization", 0.9))}
     barrier = Path(tempfile.mkdtemp(prefix="engines_"))
     with ThreadPoolExecutor(world) as pool:
         results = list(pool.map(lambda rank: spawn({**spec, "engine": engine, "rank": rank, "world": world,
@@ -364,6 +368,7 @@ def main() -> None:
     ap.add_argument("--engines-per-gpu", type=int, default=1,
                     help="run each column as this many engines side by side on the same GPU(s), each with 1/K of the "
                          "memory and every K-th problem, the jobs started together (columns named <column>_xK)")
+    ap.add_argument("--no-compile", action="store_true", help="every engine without torch.compile (torch_compile: false)")
     ap.add_argument("--profile", action="store_true",
                     help="after the jobs, each engine profiles a short job at its full batch (kernel table, ms a step)")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "monkeys_throughput")
@@ -381,7 +386,7 @@ def main() -> None:
         PRESETS["smoke"] = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                                 num_key_value_heads=1, head_dim=64, vocab_size=49152)
         args.presets, args.problems, args.n = "smoke", 4, "smoke:4"
-        base = {"dtype": "float32", "max_model_len": 2048, "enforce_eager": True, "gpu_memory_utilization": 0.1}
+        base = {"dtype": "float32", "max_model_len": 2048, "enforce_eager": True, "gpu_memory_utilization": 0.2}
         TUNED["smoke"] = ["8:512"]
     variants = args.variants.split(",")
     levers = [x for x in args.levers.split(",") if x]
@@ -398,7 +403,7 @@ def main() -> None:
         work_file.write_text(json.dumps(work))
         lever_variants = args.lever_variants.split(",") if args.lever_variants else variants
         common = {"model": model, "work": str(work_file), "variants": variants, "engine_cache": args.engine_cache,
-                  "lever_variants": lever_variants}
+                  "lever_variants": lever_variants, "torch_compile": not args.no_compile}
         engines: dict[str, dict] = {}
 
         def launch(name: str, spec: dict) -> dict | None:

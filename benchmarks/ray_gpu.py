@@ -9,11 +9,12 @@ prompt (a few-shot header every problem shares: 16 shots are ~2.6k tokens). Vari
 - ``direct``: ``backend: vllm`` (``attention: auto``);
 - ``direct-vllm``: the same with ``attention: vllm`` (vLLM's own attention);
 - ``ray-1``: ``backend: ray`` with one vLLM worker holding the GPU;
-- ``ray-2``: two vLLM workers sharing the GPU (``engines_per_gpu: 2``, each 0.45 of its memory);
+- ``ray-2``: two vLLM workers sharing the GPU (``engines_per_gpu: 2``, each 0.43 of its memory);
 - ``ray-Ng`` (N = 2, 4, 8, ...): N vLLM workers of one GPU each (data parallel); ``ray-Ng-xK``: K workers on
   each of the N GPUs (``engines_per_gpu: K``; ``ray-1g-x2`` = ``ray-2``);
 - ``...-nc`` (any variant, e.g. ``direct-nc``, ``ray-4g-nc``): the engine without torch.compile
-  (``torch_compile: false``: eager model, a full CUDA graph per decode step);
+  (``torch_compile: false``: eager model, a full CUDA graph per decode step; the default since 2026-11-27,
+  so ``-nc`` only says so); ``...-tc``: with torch.compile (``torch_compile: true``, the default before);
 - ``...-spawn`` (e.g. ``ray-1-spawn``, ``ray-4g-spawn``): the same with ``engine_in_actor: false``, vLLM's engine
   core in its own process, which vLLM spawns inside an actor (importing torch and vLLM again); the default
   keeps it in the actor (rows named ``...-inproc`` in the JSON files of 2026-11-27 are that default).
@@ -52,18 +53,20 @@ def shape_with_tokenizer(preset: str, tokenizer: Path, out: Path) -> Path:
 
 def variant(name: str, engine: dict) -> dict:
     """The generator's backend and options for variant ``name`` (module docstring)."""
-    if name.endswith("-nc"):
-        name, engine = name[:-3], {**engine, "torch_compile": False}
+    if name.endswith(("-nc", "-tc")):
+        name, engine = name[:-3], {**engine, "torch_compile": name.endswith("-tc")}
     if name == "direct":
         return {"backend": "vllm", "options": engine}
     if name == "direct-vllm":
         return {"backend": "vllm", "options": {**engine, "attention": "vllm"}}
     match = re.fullmatch(r"ray-(\d+)(g?)(?:-x(\d+))?(-spawn)?", name)
     if match is None:
-        raise SystemExit(f"unknown variant {name!r} (direct, direct-vllm, ray-N, ray-Ng, ray-Ng-xK, ...-spawn, ...-nc)")
+        raise SystemExit(f"unknown variant {name!r} (direct, direct-vllm, ray-N, ray-Ng, ray-Ng-xK, ...-spawn, ...-nc, ...-tc)")
     workers, gpus, per_gpu, spawn = int(match[1]), match[2], int(match[3] or 1), match[4]
     if name == "ray-2":  # two workers sharing the one GPU
         workers, per_gpu = 2, 2
+    if per_gpu > 1:  # engines sharing a GPU: the pool shares out its memory
+        engine = {k: v for k, v in engine.items() if k != "gpu_memory_utilization"}
     options = {"backend": "vllm", "backend_options": engine, "num_workers": workers * (per_gpu if gpus else 1),
                "engine_in_actor": not spawn}
     options.update({"engines_per_gpu": per_gpu} if per_gpu > 1 else {"num_gpus_per_worker": 1})

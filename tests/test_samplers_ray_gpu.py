@@ -36,7 +36,7 @@ def test_vllm_workers_survive_a_kill_with_every_sample_once():
     workers_wanted = int(os.environ.get("MONKEYBARREL_RAY_WORKERS", "2"))
     own_gpu = torch.cuda.device_count() >= workers_wanted  # one GPU each, else two share the one card
     engine = {"engine_kwargs": {"load_format": "dummy"}, "max_model_len": 2048, "enforce_eager": True,
-              **({"gpu_memory_utilization": 0.85} if own_gpu else {})}  # sharing: 0.45 each (engines_per_gpu)
+              **({"gpu_memory_utilization": 0.85} if own_gpu else {})}  # sharing: shared_gpu_memory each (engines_per_gpu)
     placement = {"num_gpus_per_worker": 1} if own_gpu else {"engines_per_gpu": 2}
     sampler = RaySampler(spec, backend="vllm", backend_options=engine, num_workers=workers_wanted if own_gpu else 2,
                          tokens_in_flight=16 * 64 * 8, max_worker_restarts=0, **placement)

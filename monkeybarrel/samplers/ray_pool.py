@@ -50,7 +50,7 @@ from typing import Any, Iterable, Iterator
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
-from .vllm_engine import engine_devices
+from .vllm_engine import OUTSIDE_SHARE, engine_devices, fits_one_gpu, shared_gpu_memory
 
 ENGINE_ROWS = {"vllm": 2048, "embedded": 64, "openai": 64}
 """Sequences an inner backend decodes at once by default (vLLM's ``max_num_seqs`` with our attention, the
@@ -564,7 +564,8 @@ def start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
 
 def share_gpus(backend: str, options: dict[str, Any], engines_per_gpu: int, gpus_per_worker: float | None) -> float:
     """GPUs each of ``engines_per_gpu`` ``vllm`` workers sharing a GPU reserves (``1 / engines_per_gpu``); sets
-    their ``gpu_memory_utilization`` in ``options`` (0.9 of the GPU shared out, unless given). Raises ValueError
+    their ``gpu_memory_utilization`` in ``options`` (:func:`~monkeybarrel.samplers.vllm_engine.shared_gpu_memory`,
+    unless given). Raises ValueError
     naming the option for anything that cannot share a GPU this way."""
     if not isinstance(engines_per_gpu, int) or engines_per_gpu < 1:
         raise ValueError(f"engines_per_gpu must be an integer >= 1, got {engines_per_gpu!r}")
@@ -575,10 +576,11 @@ def share_gpus(backend: str, options: dict[str, Any], engines_per_gpu: int, gpus
                          f"tensor_parallel_size 1), not {given}")
     if gpus_per_worker is not None:
         raise ValueError("set engines_per_gpu or num_gpus_per_worker, not both")
-    memory = options.setdefault("gpu_memory_utilization", round(0.9 / engines_per_gpu, 3))
-    if memory * engines_per_gpu > 1:
+    memory = options.setdefault("gpu_memory_utilization", shared_gpu_memory(engines_per_gpu))
+    if not fits_one_gpu(memory, engines_per_gpu):
         raise ValueError(f"backend_options.gpu_memory_utilization {memory} x engines_per_gpu {engines_per_gpu} is more "
-                         "than the GPU: give each engine at most 1 / engines_per_gpu")
+                         f"than the GPU holds (each engine also takes ~{OUTSIDE_SHARE:g} of it outside its share): give "
+                         f"each engine at most {shared_gpu_memory(engines_per_gpu, 1.0)}")
     return 1.0 / engines_per_gpu
 
 
