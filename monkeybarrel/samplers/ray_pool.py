@@ -565,8 +565,7 @@ def start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
 def share_gpus(backend: str, options: dict[str, Any], engines_per_gpu: int, gpus_per_worker: float | None) -> float:
     """GPUs each of ``engines_per_gpu`` ``vllm`` workers sharing a GPU reserves (``1 / engines_per_gpu``); sets
     their ``gpu_memory_utilization`` in ``options`` (:func:`~monkeybarrel.samplers.vllm_engine.shared_gpu_memory`,
-    unless given). Raises ValueError
-    naming the option for anything that cannot share a GPU this way."""
+    unless given). Raises ValueError naming the option for anything that cannot share a GPU this way."""
     if not isinstance(engines_per_gpu, int) or engines_per_gpu < 1:
         raise ValueError(f"engines_per_gpu must be an integer >= 1, got {engines_per_gpu!r}")
     devices = engine_devices(options)
