@@ -13,7 +13,8 @@
 #   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # #32: the 70B shape at tensor parallel 4, ours vs vLLM's attention
 #   STAGES="mprof" bash benchmarks/gpu_lanes.sh        # #31: decode-step profiles (1B, 8B) and two engines per GPU (1B)
 #   STAGES="dp4start" bash benchmarks/gpu_lanes.sh     # #32: where 4 data-parallel workers' start goes
-#   STAGES="epg" bash benchmarks/gpu_lanes.sh          # #31: two engines a GPU through `monkeybarrel run` (1B, 8B)
+#   STAGES="epg" bash benchmarks/gpu_lanes.sh          # #31: two and four engines a GPU through `monkeybarrel run` (1B)
+#   STAGES="fp8parity" bash benchmarks/gpu_lanes.sh    # #31: FP8 KV greedy parity, scale 1.0 and calibrated, with the control
 #   STAGES="imports" bash benchmarks/gpu_lanes.sh      # #32: importing vLLM, 4 processes at once, before / after bytecode
 #   STAGES="start" bash benchmarks/gpu_lanes.sh        # #31: cold and cached starts, torch.compile or not (1B, 8B)
 #   STAGES="x4" bash benchmarks/gpu_lanes.sh           # #31: four engines a GPU at 1B, ours and vLLM tuned, beside one of each
@@ -89,13 +90,17 @@ for s in ${STAGES:-setup}; do
       lane p8b 3 $M --presets 8b --n 8b:32 --columns ours,vllm_tuned --profile --workdir "$W/8b" \
         --out "$OUT/monkeys_8b_profile.json"
       wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
-    epg)  # #31 through the product: `monkeybarrel run`, backend ray, one worker against two sharing the GPU
-      # (engines_per_gpu: 2), 1B and 8B, 128 GSM8K x 64 samples x 256 tokens, 4-shot system prompt
+    epg)  # #31 through the product: `monkeybarrel run`, backend ray, one worker against two and four sharing the GPU
+      # (engines_per_gpu: 2, 4), 1B, 128 GSM8K x 64 samples x 256 tokens, 4-shot system prompt; two lanes (GPUs 0, 1)
       R="$PY benchmarks/ray_gpu.py --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 64 \
-         --max-tokens 256 --shots 4 --engine-cache $CACHE --variants ray-1,ray-2 --baseline ray-1"
-      lane epg1b 0 $R --preset 1b --workdir "$W/1b" --out "$OUT/engines_per_gpu_1b.json"
-      lane epg8b 1 $R --preset 8b --workdir "$W/8b" --out "$OUT/engines_per_gpu_8b.json"
+         --max-tokens 256 --shots 4 --engine-cache $CACHE --preset 1b --baseline ray-1"
+      lane epg1 0 $R --variants ray-1,ray-2 --workdir "$W/a" --out "$OUT/engines_per_gpu_1b_a.json"
+      lane epg4 1 $R --variants ray-1g-x4 --workdir "$W/b" --out "$OUT/engines_per_gpu_1b_b.json"
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900 ;;
+    fp8parity)  # #31: greedy tokens, bf16 KV against FP8 (scale 1.0 and calibrated), ours and vLLM's attention
+      CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_FP8:-400} $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf \
+        --gsm8k $GSM --out "$OUT/parity_fp8.json" > "$W/fp8parity.log" 2>&1
+      echo "fp8 parity exit $?"; summary "$W/fp8parity.log" ;;
     dp4start)  # where 4 data-parallel workers' start goes (phases vLLM times, Ray's part, imports): a short job
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-240} $PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM \
         --tokenizer /tmp/tokenizer --problems 128 --samples 256 --max-tokens 128 --shots 4 --engine-cache $CACHE \

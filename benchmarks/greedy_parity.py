@@ -6,9 +6,11 @@ shared-prefix path: every sequence's header blocks are one group), one greedy sa
 greedy n > 1), ``--max-tokens`` new tokens,
 ``attention: monkeybarrel`` forced, ``dtype`` bfloat16.
 
-- ``--mode fp8``: ``kv_cache_dtype: auto`` (bf16) against ``fp8`` (e4m3, scale 1.0), each a fresh engine;
-  also our kernel's speed on an FP8 cache against a bf16 cache (CUDA-graph replay of one decode step at
-  the 8B shape's attention, 1,024 sequences in 16 groups).
+- ``--mode fp8``: ``kv_cache_dtype: auto`` (bf16) against ``fp8`` (e4m3, scale 1.0) and against ``fp8`` with
+  ``calculate_kv_scales`` (vLLM sets each layer's k/v scale from its first forward's amax), each a fresh
+  engine, with our attention and, as the control, vLLM's own (is a divergence FP8's or our kernel's?); also
+  our kernel's speed on an FP8 cache against a bf16 cache (CUDA-graph replay of one decode step at the 8B
+  shape's attention, 1,024 sequences in 16 groups). Engines run side by side, one per visible GPU.
 - ``--mode tp``: tensor parallel 1 against 2, with vLLM's own attention across the same change as the
   control (greedy bf16 decoding is not invariant to TP's different reduction order: a near-tie flips and
   the sequence diverges from there), and ours against vLLM's at each TP. SmolLM2-135M has 9 query and 3 KV heads, which two GPUs
@@ -74,6 +76,11 @@ def prompts(gsm8k: Path, count: int) -> list[str]:
     rows = [json.loads(x) for x in gsm8k.read_text().splitlines() if x.strip()]
     header = "".join(f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in rows[-4:])
     return [header + f"Question: {r['question']}\nAnswer:" for r in rows[:count]]
+
+
+FP8_ENGINES = {"bf16": {}, "fp8": {"kv_cache_dtype": "fp8"},
+               "fp8_calibrated": {"kv_cache_dtype": "fp8", "calculate_kv_scales": True}}
+"""The KV caches ``--mode fp8`` compares: bf16, e4m3 at scale 1.0, e4m3 at scales vLLM computes on the first forward."""
 
 
 def generate(spec: dict) -> dict:
@@ -217,9 +224,22 @@ def main() -> None:
     model = Path(resolve_model(args.gguf))
     base = {"prompts": prompts(args.gsm8k, args.prompts), "max_tokens": args.max_tokens}
     if args.mode == "fp8":
-        runs = {"bf16": spawn({**base, "model": str(model), "engine": {}}),
-                "fp8": spawn({**base, "model": str(model), "engine": {"kv_cache_dtype": "fp8"}})}
-        report = {"mode": "fp8", **compare(runs["bf16"]["tokens"], runs["fp8"]["tokens"]), "kernel": kernel_speed()}
+        runs = {}
+        visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or [None]
+        specs = {f"{attention}_{kv}": {**base, "model": str(model), "attention": attention, "engine": engine}
+                 for attention in ("monkeybarrel", "vllm") for kv, engine in FP8_ENGINES.items()}
+        names = list(specs)
+        for start in range(0, len(names), len(visible)):  # one engine per visible GPU at a time
+            runs.update(spawn_side_by_side({name: (specs[name], device) for name, device
+                                            in zip(names[start:start + len(visible)], visible)}))
+        tokens = {k: v["tokens"] for k, v in runs.items()}
+        report = {"mode": "fp8", **compare(tokens["monkeybarrel_bf16"], tokens["monkeybarrel_fp8"]),
+                  "ours_fp8_calibrated": compare(tokens["monkeybarrel_bf16"], tokens["monkeybarrel_fp8_calibrated"]),
+                  # the control: vLLM's own attention across the same KV change
+                  "vllm_attention_fp8": compare(tokens["vllm_bf16"], tokens["vllm_fp8"]),
+                  "vllm_attention_fp8_calibrated": compare(tokens["vllm_bf16"], tokens["vllm_fp8_calibrated"]),
+                  "ours_vs_vllm_bf16": compare(tokens["monkeybarrel_bf16"], tokens["vllm_bf16"]),
+                  "kernel": kernel_speed()}
     else:
         wide = str(widen_heads(model, Path("/tmp/smollm2_wide"), 12, 4))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
