@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections import defaultdict
 from typing import Any
 
@@ -67,7 +68,6 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
                 samplers[spec.id] = sampler
         pooled = pool is not None and pool.owns(sampler)
         gpu_before = getattr(sampler, "gpu_seconds", None)
-        start_before = _start_figures(sampler)
         started, tokens, errors, buffer, buffered_problems = time.perf_counter(), 0, 0, [], 0
         last_flush, policy = started, config.store
         try:
@@ -95,7 +95,7 @@ def run_sample_stage(store: ExperimentStore, config: ExperimentConfig, problems:
         gpu_seconds = getattr(sampler, "gpu_seconds", None)  # GPUs held x wall s, for backends that know it
         if gpu_seconds is not None:  # this stage's share: a pooled sampler counts every experiment's
             costs[spec.id]["gpu_s"] = round(float(gpu_seconds) - float(gpu_before or 0.0), 3)
-        costs[spec.id].update({k: v for k, v in _start_figures(sampler).items() if k not in start_before})
+        costs[spec.id].update(_new_start_figures(sampler))
     return costs
 
 
@@ -108,10 +108,22 @@ def _sampler(spec: GeneratorSpec, index: int) -> Sampler:
     return build() if pool is None else pool.sampler(spec, build)
 
 
+_REPORTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sampler -> start figures a stage recorded
+
+
+def _new_start_figures(sampler: Sampler) -> dict[str, float]:
+    """The sampler's start figures (:func:`_start_figures`) that no stage has recorded yet: the first stage a sampler
+    serves records its whole start, also what happened before the stage began (Ray started and its workers loaded
+    while the task's data loaded), and an engine shared by several experiments counts once."""
+    reported = _REPORTED.setdefault(sampler, set())
+    new = {k: v for k, v in _start_figures(sampler).items() if k not in reported}
+    reported.update(new)
+    return new
+
+
 def _start_figures(sampler: Sampler) -> dict[str, float]:
     """Start-up seconds a sampler reports (``engine_start_s`` with vLLM's ``import_s`` and ``engine_<phase>``; Ray's
-    ``ray_init_s``, ``workers_ready_s`` and the last worker's ``worker_*`` split): a stage records those that
-    appeared while it ran, so an engine shared by several experiments counts once."""
+    ``ray_init_s``, ``workers_ready_s`` and the last worker's ``worker_*`` split)."""
     figures = dict(getattr(sampler, "timings", None) or {})
     if getattr(sampler, "engine_start_s", None) is not None:
         figures["engine_start_s"] = sampler.engine_start_s
