@@ -323,9 +323,9 @@ def spawn(spec: dict, log: Path) -> dict | None:
 
 
 def spawn_together(spec: dict, world: int, base: Path) -> dict | None:
-    """``world`` engines of ``spec`` side by side on the same GPU(s) (each ``1/world`` of the memory, every
-    ``world``-th problem, each job started together; :func:`shared_gpu_memory`); one result whose jobs count all their tokens over the
-    wall time from the first engine's start of the job to the last one's end."""
+    """``world`` engines of ``spec`` side by side on the same GPU(s) (each its :func:`shared_gpu_memory` of the
+    memory and every ``world``-th problem, each job started together); one result whose jobs count all their
+    tokens over the wall time from the first engine's start of the job to the last one's end."""
     from concurrent.futures import ThreadPoolExecutor
 
     engine = {**spec["engine"], "gpu_memory_utilization": shared_gpu_memory(world, spec["engine"].get(
@@ -368,7 +368,8 @@ def main() -> None:
     ap.add_argument("--engines-per-gpu", type=int, default=1,
                     help="run each column as this many engines side by side on the same GPU(s), each with 1/K of the "
                          "memory and every K-th problem, the jobs started together (columns named <column>_xK)")
-    ap.add_argument("--no-compile", action="store_true", help="every engine without torch.compile (torch_compile: false)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="every engine without torch.compile (torch_compile: false)")
     ap.add_argument("--profile", action="store_true",
                     help="after the jobs, each engine profiles a short job at its full batch (kernel table, ms a step)")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "monkeys_throughput")

@@ -61,7 +61,8 @@ def variant(name: str, engine: dict) -> dict:
         return {"backend": "vllm", "options": {**engine, "attention": "vllm"}}
     match = re.fullmatch(r"ray-(\d+)(g?)(?:-x(\d+))?(-spawn)?", name)
     if match is None:
-        raise SystemExit(f"unknown variant {name!r} (direct, direct-vllm, ray-N, ray-Ng, ray-Ng-xK, ...-spawn, ...-nc, ...-tc)")
+        raise SystemExit(f"unknown variant {name!r} (direct, direct-vllm, ray-N, ray-Ng, ray-Ng-xK; suffixes -spawn, "
+                         "-nc, -tc)")
     workers, gpus, per_gpu, spawn = int(match[1]), match[2], int(match[3] or 1), match[4]
     if name == "ray-2":  # two workers sharing the one GPU
         workers, per_gpu = 2, 2
@@ -116,7 +117,8 @@ def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
               "completion_tokens": tokens, "generation_tok_s": round(tokens / generation_s, 1),
               "gpu_s": sampled.get("gpu_s"), "errors": sampled.get("errors"),
               **{k: v for k, v in sampled.items() if k in ("import_s", "ray_init_s", "workers_ready_s",
-                                                           "first_worker_ready_s") or k.startswith(("worker_", "engine_"))}}
+                                                           "first_worker_ready_s")
+                 or k.startswith(("worker_", "engine_"))}}
     print(json.dumps(result), flush=True)
     return result
 
