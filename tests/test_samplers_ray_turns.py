@@ -68,3 +68,34 @@ def test_a_pool_of_half_gpu_workers_starts_them_in_turn_and_samples_everything_o
         assert set(keys) == {(p.problem_id, j) for p in problems for j in range(2)} and max(keys.values()) == 1
     finally:
         sampler.close()
+
+
+@pytest.mark.slow
+def test_two_vllm_engines_share_a_gpu_through_the_ray_backend(two_gpus):
+    """The product's path to several engines per GPU, with real vLLM (the CPU build) in each worker: the pool
+    shares out the GPU and its memory, the two engines start in turn, and every candidate comes back once."""
+    pytest.importorskip("vllm")
+    from collections import Counter
+
+    from monkeybarrel.core.config import GeneratorSpec
+    from monkeybarrel.core.records import Problem
+    from monkeybarrel.samplers.base import SampleRequest
+    from monkeybarrel.samplers.ray_pool import RaySampler
+    from monkeybarrel.samplers.vllm_engine import shared_gpu_memory
+
+    sampler = RaySampler(GeneratorSpec(id="shared", max_tokens=8, temperature=0.8), backend="vllm",
+                         backend_options={"dtype": "float32", "max_model_len": 1024, "cpu_kvcache_gib": 1},
+                         num_workers=2, engines_per_gpu=2, num_cpus_per_worker=1)
+    try:
+        assert sampler.inner_spec.options["gpu_memory_utilization"] == shared_gpu_memory(2)
+        info = sampler.worker_info()
+        assert len(info) == 2 and all(len(w["gpu_ids"]) == 1 and w["engine_start_s"] > 0 for w in info)
+        problems = [Problem(f"q{i}", "arithmetic", prompt=f"What is {i} + 2?") for i in range(4)]
+        candidates = [c for batch in sampler.sample([SampleRequest(p, (0, 1), i) for i, p in enumerate(problems)])
+                      for c in batch]
+        keys = Counter((c.problem_id, c.sample_index) for c in candidates)
+        assert set(keys) == {(p.problem_id, j) for p in problems for j in range(2)} and max(keys.values()) == 1
+        assert all(c.error is None and c.text for c in candidates)
+        assert "worker_turn_wait_s" in sampler.timings
+    finally:
+        sampler.close()
