@@ -54,6 +54,8 @@ from monkeybarrel.samplers.vllm_engine import engine_arguments, shared_gpu_memor
 
 TEMPERATURE, TOP_P, FIXED_TOKENS, SHOTS = 0.6, 1.0, 256, 4
 PROFILE_TOKENS = 64
+FAILED = "failed"
+"""File an engine sharing a GPU leaves in the engines' barrier directory when it fails: the others stop waiting."""
 """Tokens a sample in the profiled short job (``--profile``): a full batch decoding for 64 steps."""
 NATURAL = dict(median=120.0, sigma=0.5, low=16, high=512)
 TUNED = {"1b": ["2048:32768", "4096:32768"], "8b": ["2048:16384"], "70b": ["1024:16384"], "3b": ["2048:16384"]}
@@ -249,10 +251,17 @@ def engine_process(spec: dict) -> dict:
         work = {**work, **{k: work[k][rank::world] for k in ("texts", "ids", "lengths")}}
 
     barrier = Path(spec["barrier"]) if world > 1 else None
+
+    def wait_for(done) -> None:
+        """Poll ``done()``; stop this engine if another engine of the GPU failed (it will never arrive)."""
+        while not done():
+            if (barrier / FAILED).exists():
+                raise SystemExit("another engine on this GPU failed: see its log")
+            time.sleep(0.05)
+
     if barrier is not None:  # engines start one after another: each measures its memory with the earlier ones' in place
         (barrier / "up").mkdir(parents=True, exist_ok=True)
-        while rank > 0 and not (barrier / "up" / str(rank - 1)).exists():
-            time.sleep(0.2)
+        wait_for(lambda: rank == 0 or (barrier / "up" / str(rank - 1)).exists())
 
     def sync(job: str) -> None:
         """Say this engine is up (the next may start), then wait until the GPU's other engines reach this job too."""
@@ -262,8 +271,7 @@ def engine_process(spec: dict) -> dict:
         gate = barrier / job.replace("/", "_")
         gate.mkdir(parents=True, exist_ok=True)
         (gate / str(rank)).touch()
-        while len(list(gate.iterdir())) < world:
-            time.sleep(0.05)
+        wait_for(lambda: len(list(gate.iterdir())) >= world)
 
     profile = spec.get("profile", "")
     compiled = spec.get("torch_compile", True)
@@ -331,10 +339,15 @@ def spawn_together(spec: dict, world: int, base: Path) -> dict | None:
     engine = {**spec["engine"], "gpu_memory_utilization": shared_gpu_memory(world, spec["engine"].get(
         "gpu_memory_utilization", 0.9))}
     barrier = Path(tempfile.mkdtemp(prefix="engines_"))
+    def one(rank: int) -> dict | None:
+        result = spawn({**spec, "engine": engine, "rank": rank, "world": world, "barrier": str(barrier)},
+                       Path(f"{base}_{rank}.log"))
+        if result is None:  # the others stop waiting for it
+            (barrier / FAILED).touch()
+        return result
+
     with ThreadPoolExecutor(world) as pool:
-        results = list(pool.map(lambda rank: spawn({**spec, "engine": engine, "rank": rank, "world": world,
-                                                    "barrier": str(barrier)}, Path(f"{base}_{rank}.log")),
-                                range(world)))
+        results = list(pool.map(one, range(world)))
     if any(r is None for r in results):
         return None
     merged = {**results[0], "engine_start_s": max(r["engine_start_s"] for r in results), "engines": world, "jobs": {}}
