@@ -54,9 +54,9 @@ from monkeybarrel.samplers.vllm_engine import engine_arguments, shared_gpu_memor
 
 TEMPERATURE, TOP_P, FIXED_TOKENS, SHOTS = 0.6, 1.0, 256, 4
 PROFILE_TOKENS = 64
+"""Tokens a sample in the profiled short job (``--profile``): a full batch decoding for 64 steps."""
 FAILED = "failed"
 """File an engine sharing a GPU leaves in the engines' barrier directory when it fails: the others stop waiting."""
-"""Tokens a sample in the profiled short job (``--profile``): a full batch decoding for 64 steps."""
 NATURAL = dict(median=120.0, sigma=0.5, low=16, high=512)
 TUNED = {"1b": ["2048:32768", "4096:32768"], "8b": ["2048:16384"], "70b": ["1024:16384"], "3b": ["2048:16384"]}
 """vLLM-alone settings tried per shape (max_num_seqs:max_num_batched_tokens, graphs up to max_num_seqs)."""
@@ -339,6 +339,7 @@ def spawn_together(spec: dict, world: int, base: Path) -> dict | None:
     engine = {**spec["engine"], "gpu_memory_utilization": shared_gpu_memory(world, spec["engine"].get(
         "gpu_memory_utilization", 0.9))}
     barrier = Path(tempfile.mkdtemp(prefix="engines_"))
+
     def one(rank: int) -> dict | None:
         result = spawn({**spec, "engine": engine, "rank": rank, "world": world, "barrier": str(barrier)},
                        Path(f"{base}_{rank}.log"))
@@ -379,8 +380,8 @@ def main() -> None:
                          "(what a node gets from a shipped or shared cache)")
     ap.add_argument("--engine-cache", default=os.environ.get("MONKEYBARREL_ENGINE_CACHE", ""))
     ap.add_argument("--engines-per-gpu", type=int, default=1,
-                    help="run each column as this many engines side by side on the same GPU(s), each with 1/K of the "
-                         "memory and every K-th problem, the jobs started together (columns named <column>_xK)")
+                    help="run each column as this many engines side by side on the same GPU(s), each its share of the "
+                         "memory (shared_gpu_memory) and every K-th problem, the jobs started together (columns named <column>_xK)")
     ap.add_argument("--no-compile", action="store_true",
                     help="every engine without torch.compile (torch_compile: false)")
     ap.add_argument("--profile", action="store_true",

@@ -24,6 +24,7 @@ from monkeybarrel.orchestrator.runner import run_experiment  # noqa: E402
 from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore  # noqa: E402
 from monkeybarrel.samplers.base import SAMPLERS, SampleRequest  # noqa: E402
 from monkeybarrel.samplers.ray_pool import RaySampler, share_gpus, start_figures  # noqa: E402
+from monkeybarrel.samplers.vllm_engine import fits_one_gpu, shared_gpu_memory  # noqa: E402
 
 PROBLEMS = [Problem(f"p{i}", "arithmetic", prompt=f"What is {i} + {i + 4}?") for i in range(8)]
 
@@ -127,6 +128,8 @@ def test_engines_per_gpu_share_out_the_gpu_and_its_memory():
             ("vllm", {}, 0, None, "integer >= 1"), ("vllm", {}, 1.5, None, "integer >= 1")]:
         with pytest.raises(ValueError, match=message):
             share_gpus(backend, dict(options), count, gpus)
+    for count in range(1, 9):  # the largest share an error suggests does start
+        assert fits_one_gpu(shared_gpu_memory(count, 1.0), count) and fits_one_gpu(shared_gpu_memory(count), count)
     with pytest.raises(ConfigError, match=r"generators\[0\].*engines_per_gpu"):
         build_plugin(SAMPLERS, "ray", "generators[0]", spec=GeneratorSpec(), backend="embedded", engines_per_gpu=2)
 

@@ -210,7 +210,8 @@ class RaySampler(Sampler):
         num_gpus_per_worker: GPUs each actor reserves; None = the inner vLLM's ``tensor_parallel_size``
             (1) for ``vllm``, else 0 (or 1 / ``engines_per_gpu``).
         engines_per_gpu: ``vllm`` workers sharing each GPU (tensor_parallel_size 1): each reserves 1 / this of a
-            GPU and, unless ``backend_options`` say otherwise, ``gpu_memory_utilization`` 0.9 / this. Where a step is
+            GPU and, unless ``backend_options`` say otherwise, its ``gpu_memory_utilization`` share
+            (:func:`~monkeybarrel.samplers.vllm_engine.shared_gpu_memory`: 0.43 for 2, 0.195 for 4). Where a step is
             bound by vLLM's per-sequence CPU work (small models, thousands of sequences), K engines do it in K
             processes: 1B on an H100, two engines 2.00x one (benchmarks/monkeys_throughput_h100.json); an 8B
             engine is GPU-bound and two are slower. Engines sharing a GPU start one after another (:func:`gpu_turn`).

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 from pathlib import Path
@@ -101,8 +102,10 @@ while the GPU's free memory is below its share, so engines sharing a GPU leave t
 
 def shared_gpu_memory(engines_per_gpu: int, total: float = 0.9) -> float:
     """``gpu_memory_utilization`` for each of ``engines_per_gpu`` engines sharing one GPU: ``total`` of the GPU less
-    :data:`OUTSIDE_SHARE` for each engine but one, shared out (0.43 each for 2 engines, 0.195 each for 4)."""
-    return round((total - OUTSIDE_SHARE * (engines_per_gpu - 1)) / engines_per_gpu, 3)
+    :data:`OUTSIDE_SHARE` for each engine but one, shared out (0.43 each for 2 engines, 0.195 each for 4), rounded
+    down to 0.001 so that the shares still fit (:func:`fits_one_gpu`)."""
+    share = (total - OUTSIDE_SHARE * (engines_per_gpu - 1)) / engines_per_gpu
+    return math.floor(share * 1000 + 1e-9) / 1000
 
 
 def fits_one_gpu(memory: float, engines_per_gpu: int) -> bool:
