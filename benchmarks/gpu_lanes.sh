@@ -18,6 +18,8 @@
 #   STAGES="imports" bash benchmarks/gpu_lanes.sh      # #32: importing vLLM, 4 processes at once, before / after bytecode
 #   STAGES="start" bash benchmarks/gpu_lanes.sh        # #31: cold and cached starts, torch.compile or not (1B, 8B)
 #   STAGES="x4" bash benchmarks/gpu_lanes.sh           # #31: four engines a GPU at 1B, ours and vLLM tuned, beside one of each
+#   STAGES="s9" bash benchmarks/gpu_lanes.sh           # epg (GPUs 0, 1), FP8 parity (GPU 2), engine-start profile (GPU 3)
+#   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # PROF70=DIR: the auto engine's kernel tables; JOBS70: the jobs
 # DPV=-nc runs the data-parallel stages (dp, dp4) without torch.compile (ray_gpu.py's variant suffix).
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
 set -o pipefail
@@ -90,13 +92,22 @@ for s in ${STAGES:-setup}; do
       lane p8b 3 $M --presets 8b --n 8b:32 --columns ours,vllm_tuned --profile --workdir "$W/8b" \
         --out "$OUT/monkeys_8b_profile.json"
       wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
-    epg)  # #31 through the product: `monkeybarrel run`, backend ray, one worker against two and four sharing the GPU
-      # (engines_per_gpu: 2, 4), 1B, 128 GSM8K x 64 samples x 256 tokens, 4-shot system prompt; two lanes (GPUs 0, 1)
+    epg|s9)  # #31 through the product: `monkeybarrel run`, backend ray, one worker against two and four sharing the
+      # GPU (engines_per_gpu: 2, 4), 1B, 128 GSM8K x 64 samples x 256 tokens, 4-shot system prompt; two lanes (GPUs
+      # 0, 1), each first filling the engine cache with a short run of its first variant. s9 adds the FP8 parity
+      # (GPU 2) and where an 8B engine's start goes, cold and cached (GPU 3)
       R="$PY benchmarks/ray_gpu.py --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 64 \
-         --max-tokens 256 --shots 4 --engine-cache $CACHE --preset 1b --baseline ray-1"
+         --max-tokens 256 --shots 4 --engine-cache $CACHE --preset 1b --baseline ray-1 --warmup"
       lane epg1 0 $R --variants ray-1,ray-2 --workdir "$W/a" --out "$OUT/engines_per_gpu_1b_a.json"
       lane epg4 1 $R --variants ray-1g-x4 --workdir "$W/b" --out "$OUT/engines_per_gpu_1b_b.json"
-      wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900 ;;
+      if [ "$s" = s9 ]; then
+        lane fp8 2 $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k $GSM \
+          --out "$OUT/parity_fp8.json"
+        lane startprof 3 $PY benchmarks/engine_start_profile.py --preset 8b --tokenizer /tmp/tokenizer \
+          --engine-cache /tmp/cache_sp --out-dir "$OUT/start_profile"
+      fi
+      wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900; summary "$W"/fp8.log
+      grep -h '"run"' "$W"/startprof.log | cut -c1-700 ;;
     fp8parity)  # #31: greedy tokens, bf16 KV against FP8 (scale 1.0 and calibrated), ours and vLLM's attention
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_FP8:-400} $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf \
         --gsm8k $GSM --out "$OUT/parity_fp8.json" > "$W/fp8parity.log" 2>&1
@@ -168,7 +179,7 @@ for s in ${STAGES:-setup}; do
     tp70b)
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout "$T" $PY benchmarks/vllm_attention_auto.py --presets 70b --tp 4 --once \
         --same-engine --jobs "${JOBS70:-8x128x2048x128,32x64x1024x128,256x1x2048x128}" \
-        --out "$OUT/tp4_70b.json" > "$W/tp70b.log" 2>&1
+        ${PROF70:+--profile "$PROF70"} --out "$OUT/tp4_70b.json" > "$W/tp70b.log" 2>&1
       grep -vE "^(INFO|WARNING|DEBUG|\(EngineCore|\(Worker|\(raylet|\(pid=)" "$W/tp70b.log" | tail -25 ;;
   esac
   find "$W" -name '*.log' -o -name '*.txt' -o -name 'manifest.json' | tar -cJf "$OUT/$s.tar.xz" -T - 2>/dev/null

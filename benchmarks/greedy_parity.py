@@ -4,7 +4,7 @@ The model is the embedded SmolLM2-135M-Instruct (its GGUF, converted once by ``c
 Prompts: ``--prompts`` GSM8K questions behind one shared 4-shot header (so decode steps run the kernel's
 shared-prefix path: every sequence's header blocks are one group), one greedy sample each (vLLM refuses
 greedy n > 1), ``--max-tokens`` new tokens,
-``attention: monkeybarrel`` forced, ``dtype`` bfloat16.
+``attention: monkeybarrel`` forced, ``dtype`` bfloat16, no torch.compile (the ``vllm`` sampler's default).
 
 - ``--mode fp8``: ``kv_cache_dtype: auto`` (bf16) against ``fp8`` (e4m3, scale 1.0) and against ``fp8`` with
   ``calculate_kv_scales`` (vLLM sets each layer's k/v scale from its first forward's amax), each a fresh
@@ -18,9 +18,15 @@ greedy n > 1), ``--max-tokens`` new tokens,
   KV heads, the added heads' q/k/v rows and o_proj columns zero (their output is multiplied by zero), the
   original weights untouched.
 
-Figures: positions where the two runs' tokens are identical / all positions (free-running greedy, so a
-sequence that diverges once counts its remaining positions as different), sequences identical to the
-end, and the first divergence of each sequence that diverges.
+Figures, free-running: positions where the two runs' tokens are identical / all positions (a sequence
+that diverges once counts its remaining positions as different), sequences identical to the end, and the
+first divergence of each sequence that diverges. ``--mode fp8`` also runs every engine **teacher-forced**
+on the bf16 run's tokens (same attention backend): each step feeds the reference token whatever the model
+chose (:func:`forced_tokens_processor`, a vLLM logits processor) and records the model's own greedy choice
+(the top token of its raw logprobs), so each position is compared on the same prefix: the fraction of
+positions where the FP8 engine's choice is the bf16 token is the per-position agreement, free of the
+cascade one flipped near-tie starts. The bf16 engines run forced on their own tokens too (the floor: a
+batch's different composition alone).
 
     python benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k FILE --out parity_fp8.json
 """
@@ -83,26 +89,107 @@ FP8_ENGINES = {"bf16": {}, "fp8": {"kv_cache_dtype": "fp8"},
 """The KV caches ``--mode fp8`` compares: bf16, e4m3 at scale 1.0, e4m3 at scales vLLM computes on the first forward."""
 
 
+FORCED_KEY = "monkeybarrel_forced_tokens"
+"""``SamplingParams.extra_args`` key holding the tokens a teacher-forced request is fed, one a step."""
+
+
+def forced_tokens_processor() -> type:
+    """A vLLM (V1) logits processor class: a request whose ``extra_args[FORCED_KEY]`` lists tokens samples, at its
+    i-th step, the i-th of them (every other logit set to -inf); requests without the key are untouched. vLLM
+    computes ``logprobs`` from the raw logits, before processors, so the top logprob is still the model's own
+    greedy choice at that step."""
+    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+    class ForcedTokens(AdapterLogitsProcessor):
+        def is_argmax_invariant(self) -> bool:
+            return False
+
+        def new_req_logits_processor(self, params):
+            forced = (params.extra_args or {}).get(FORCED_KEY)
+            if not forced:
+                return None
+
+            def force(output_ids: list[int], logits):
+                step = len(output_ids)
+                if step < len(forced):
+                    logits.fill_(float("-inf"))
+                    logits[forced[step]] = 0.0
+                return logits
+
+            return force
+
+    return ForcedTokens
+
+
+def forced_choices(llm, prompts: list[str], reference: list[list[int]]) -> list[list[int]]:
+    """The model's greedy choice at each step of each prompt while it is fed ``reference`` (its tokens, one
+    list per prompt): [prompt][step] token ids. Raises if a fed token is not the reference's."""
+    from vllm import SamplingParams
+
+    todo = [i for i, ref in enumerate(reference) if ref]
+    params = [SamplingParams(n=1, temperature=0.0, max_tokens=len(reference[i]), ignore_eos=True, logprobs=1,
+                             detokenize=False, extra_args={FORCED_KEY: list(reference[i])}) for i in todo]
+    llm.reset_prefix_cache()  # as the free run: every prompt prefilled afresh
+    outs = llm.generate([prompts[i] for i in todo], params, use_tqdm=False)
+    choices: list[list[int]] = [[] for _ in reference]
+    for i, out in zip(todo, outs):
+        sample = out.outputs[0]
+        if list(sample.token_ids) != list(reference[i]):
+            raise RuntimeError(f"prompt {i}: the forced run was not fed the reference tokens")
+        choices[i] = [next(t for t, lp in step.items() if lp.rank == 1) for step in sample.logprobs]
+    return choices
+
+
 def generate(spec: dict) -> dict:
-    """One engine (in this process): greedy tokens of every prompt (one sample each)."""
+    """One engine (in this process): greedy tokens of every prompt (one sample each); with ``spec["forced"]``
+    (the reference's tokens, or ``"self"``: this run's own) also the teacher-forced choices."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    if spec.get("forced"):  # the engine core in this process: the logits processor class is passed as an object
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 
     from monkeybarrel.samplers.vllm_engine import engine_arguments
 
-    args = engine_arguments(spec.get("attention", "monkeybarrel"), {"dtype": "bfloat16", "max_model_len": 2048, "enable_prefix_caching": True,
-                                             "gpu_memory_utilization": spec.get("memory", 0.3),
-                                             "max_num_seqs": 512, **spec["engine"]})
+    args = engine_arguments(spec.get("attention", "monkeybarrel"),
+                            {"dtype": "bfloat16", "max_model_len": 2048, "enable_prefix_caching": True,
+                             "gpu_memory_utilization": spec.get("memory", 0.3), "max_num_seqs": 512, **spec["engine"]},
+                            torch_compile=False)  # the vllm sampler's default
     stats = Path(tempfile.mkdtemp()) / "attention_stats.json"
     os.environ["MONKEYBARREL_ATTENTION_STATS"] = str(stats)  # the engine process writes its counters there
     started = time.perf_counter()
+    if spec.get("forced"):
+        args["logits_processors"] = [forced_tokens_processor()]
     llm = LLM(model=spec["model"], seed=0, **args)
     start_s = time.perf_counter() - started
     params = SamplingParams(n=1, temperature=0.0, max_tokens=spec["max_tokens"], detokenize=False)
     outs = llm.generate(spec["prompts"], params, use_tqdm=False)
     tokens = [[list(c.token_ids) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outs]
-    counters = json.loads(stats.read_text()) if stats.exists() else {}
-    return {"tokens": tokens, "engine_start_s": round(start_s, 1), "attention_stats": counters}
+    result = {"tokens": tokens, "engine_start_s": round(start_s, 1)}
+    if spec.get("forced"):
+        reference = [r[0] for r in tokens] if spec["forced"] == "self" else spec["forced"]
+        result["forced_reference"] = reference
+        result["forced_choices"] = forced_choices(llm, spec["prompts"], reference)
+    result["attention_stats"] = json.loads(stats.read_text()) if stats.exists() else {}
+    return result
+
+
+def compare_forced(reference: list[list[int]], choices: list[list[int]]) -> dict:
+    """Teacher-forced agreement: at each step of each prompt, is the engine's greedy choice (on the reference's
+    prefix) the reference token? The first step is decided by the prefill, the others by decode steps."""
+    same = total = first_same = 0
+    flips = []
+    for ref, got in zip(reference, choices):
+        agree = [a == b for a, b in zip(ref, got)]
+        same, total = same + sum(agree), total + len(ref)
+        if ref:
+            first_same += agree[0] if agree else 0
+        flips.append(len(ref) - sum(agree))
+    prompts = sum(1 for r in reference if r)
+    decode_total = total - prompts
+    return {"positions_agree": round(same / max(total, 1), 5), "positions": total,
+            "decode_positions_agree": round((same - first_same) / max(decode_total, 1), 5),
+            "first_token_agree": first_same, "prompts": prompts,
+            "prompts_without_a_flip": sum(f == 0 for f in flips), "most_flips_in_a_prompt": max(flips, default=0)}
 
 
 def compare(a: list[list[list[int]]], b: list[list[list[int]]]) -> dict:
@@ -196,6 +283,15 @@ def spawn_side_by_side(runs: dict[str, tuple[dict, str | None]]) -> dict[str, di
     return results
 
 
+def run_in_waves(specs: dict[str, dict], devices: list[str | None]) -> dict[str, dict]:
+    """``specs`` as engines, one per device at a time (None: this process's devices); their results by name."""
+    names, results = list(specs), {}
+    for start in range(0, len(names), len(devices)):
+        results.update(spawn_side_by_side({name: (specs[name], device) for name, device
+                                           in zip(names[start:start + len(devices)], devices)}))
+    return results
+
+
 def tp_waves(devices: list[str]) -> list[dict[str, str | None]]:
     """Which TP-parity engines run together on ``devices``: with 4 or more, both TP 2 engines side by side, then
     both TP 1 engines; else one at a time (None: every visible device)."""
@@ -224,21 +320,25 @@ def main() -> None:
     model = Path(resolve_model(args.gguf))
     base = {"prompts": prompts(args.gsm8k, args.prompts), "max_tokens": args.max_tokens}
     if args.mode == "fp8":
-        runs = {}
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or [None]
         specs = {f"{attention}_{kv}": {**base, "model": str(model), "attention": attention, "engine": engine}
                  for attention in ("monkeybarrel", "vllm") for kv, engine in FP8_ENGINES.items()}
-        names = list(specs)
-        for start in range(0, len(names), len(visible)):  # one engine per visible GPU at a time
-            runs.update(spawn_side_by_side({name: (specs[name], device) for name, device
-                                            in zip(names[start:start + len(visible)], visible)}))
+        runs = run_in_waves({name: {**spec, "forced": "self"} for name, spec in specs.items()
+                             if name.endswith("_bf16")}, visible)
+        for name, spec in specs.items():  # the FP8 engines, fed their own backend's bf16 tokens
+            spec["forced"] = runs.get(name.replace("_fp8_calibrated", "_bf16").replace("_fp8", "_bf16"), {}).get(
+                "forced_reference")
+        runs.update(run_in_waves({n: s for n, s in specs.items() if not n.endswith("_bf16")}, visible))
         tokens = {k: v["tokens"] for k, v in runs.items()}
+        forced = {k: compare_forced(v["forced_reference"], v["forced_choices"]) for k, v in runs.items()
+                  if "forced_choices" in v}
         report = {"mode": "fp8", **compare(tokens["monkeybarrel_bf16"], tokens["monkeybarrel_fp8"]),
                   "ours_fp8_calibrated": compare(tokens["monkeybarrel_bf16"], tokens["monkeybarrel_fp8_calibrated"]),
                   # the control: vLLM's own attention across the same KV change
                   "vllm_attention_fp8": compare(tokens["vllm_bf16"], tokens["vllm_fp8"]),
                   "vllm_attention_fp8_calibrated": compare(tokens["vllm_bf16"], tokens["vllm_fp8_calibrated"]),
                   "ours_vs_vllm_bf16": compare(tokens["monkeybarrel_bf16"], tokens["vllm_bf16"]),
+                  "teacher_forced": forced,
                   "kernel": kernel_speed()}
     else:
         wide = str(widen_heads(model, Path("/tmp/smollm2_wide"), 12, 4))

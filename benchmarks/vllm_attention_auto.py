@@ -16,6 +16,7 @@ Each job is timed as ``LLM.generate`` from its token prompts to its last token (
 the prefix cache reset before each, twice per engine (the faster of the two counts: the first also
 warms kernels for new batch sizes; ``--once`` times it once, after the engine's warm-up); output tok/s =
 generated tokens / seconds. Ratios are auto / vllm. ``--tp N`` runs every engine with tensor parallel N.
+Engines start as the ``vllm`` sampler's do by default, without torch.compile (``--torch-compile``: with it).
 Each engine runs in its own subprocess (its memory never meets the other's).
 
 Run on the GPU machine (vLLM 0.26 importable, docs/gpu.md):
@@ -125,6 +126,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default="8b,1b")
     ap.add_argument("--out", help="JSON file (rewritten after every engine)")
+    ap.add_argument("--torch-compile", action="store_true",
+                    help="engines with torch.compile (vLLM's default); without it, as the vllm sampler's default: an "
+                         "eager model, a full CUDA graph per decode step")
     ap.add_argument("--profile", default="", help="directory for the auto engines' kernel tables")
     ap.add_argument("--jobs", default="", help="subset of the preset's jobs, e.g. '8x128x2048x128'")
     ap.add_argument("--auto-only", action="store_true", help="skip vLLM's default engine (profiling runs)")
@@ -148,16 +152,17 @@ def main() -> None:
     report: dict = {"base_args": BASE_ARGS, "presets": {}}
     for preset in args.presets.split(","):
         jobs = ([tuple(map(int, j.split("x"))) for j in args.jobs.split(",")] if args.jobs else JOBS[preset])
-        default_args = engine_arguments("vllm", BASE_ARGS)
+        compiled = {"torch_compile": args.torch_compile}
+        default_args = engine_arguments("vllm", BASE_ARGS, **compiled)
         if args.same_engine:  # vLLM's attention on our engine settings: only the attention differs
-            ours = engine_arguments("monkeybarrel", BASE_ARGS)
+            ours = engine_arguments("monkeybarrel", BASE_ARGS, **compiled)
             default_args |= {k: ours[k] for k in ("max_num_seqs", "max_num_batched_tokens", "compilation_config")}
         engines: dict[str, dict] = {"vllm": {"args": default_args, "jobs": list(jobs)}}
         choices = {}
         for job in jobs:
             choice = auto_choice(job)
             choices[job] = choice
-            auto_args = default_args if choice[0] == "vllm" else engine_arguments(choice[0], BASE_ARGS)
+            auto_args = default_args if choice[0] == "vllm" else engine_arguments(choice[0], BASE_ARGS, **compiled)
             name = "vllm" if auto_args == default_args else f"auto-{choice[0]}"
             engines.setdefault(name, {"args": auto_args, "jobs": []})
             engines[name]["jobs"].append(job)  # on the vllm engine: the job runs again, as auto's
