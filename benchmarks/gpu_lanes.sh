@@ -104,7 +104,7 @@ for s in ${STAGES:-setup}; do
         lane fp8 2 $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k $GSM \
           --out "$OUT/parity_fp8.json"
         lane startprof 3 $PY benchmarks/engine_start_profile.py --preset 8b --tokenizer /tmp/tokenizer \
-          --engine-cache /tmp/cache_sp --out-dir "$OUT/start_profile"
+          --engine-cache /tmp/cache_sp --out-dir "$W/sp"
       fi
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900; summary "$W"/fp8.log
       grep -h '"run"' "$W"/startprof.log | cut -c1-700 ;;
