@@ -19,6 +19,8 @@
 #   STAGES="start" bash benchmarks/gpu_lanes.sh        # #31: cold and cached starts, torch.compile or not (1B, 8B)
 #   STAGES="x4" bash benchmarks/gpu_lanes.sh           # #31: four engines a GPU at 1B, ours and vLLM tuned, beside one of each
 #   STAGES="s9" bash benchmarks/gpu_lanes.sh           # epg (GPUs 0, 1), FP8 parity (GPU 2), engine-start profile (GPU 3)
+#   STAGES="s9b" bash benchmarks/gpu_lanes.sh          # FP8 parity (GPU 0), the product path, vLLM's attention (GPU 1) and
+#                                                      # ours (GPU 3), each warmed; engine-start profile with gc.freeze A/B (GPU 2)
 #   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # PROF70=DIR: the auto engine's kernel tables; JOBS70: the jobs
 # DPV=-nc runs the data-parallel stages (dp, dp4) without torch.compile (ray_gpu.py's variant suffix).
 # Each stage leaves $OUT/<stage>.tar.xz (every JSON and log) and prints its summary lines.
@@ -80,6 +82,16 @@ for s in ${STAGES:-setup}; do
         --samples 64 --max-tokens 256 --shots 4 --engine-cache $CACHE --variants ray-1$DPV,ray-2$DPV --preset 1b \
         --workdir "$W/epg1b" --out "$OUT/engines_per_gpu_1b.json"
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-700 ;;
+    s9b)
+      lane fp8 0 $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k $GSM --out "$OUT/parity_fp8.json"
+      P="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 64 --samples 64 \
+         --max-tokens 128 --shots 16 --engine-cache $CACHE --warmup"
+      lane prodv 1 $P --variants direct-vllm --workdir "$W/pv" --out "$OUT/product_vllm.json"
+      lane prodo 3 $P --variants direct --workdir "$W/po" --out "$OUT/product_ours.json"
+      lane startprof 2 $PY benchmarks/engine_start_profile.py --preset 8b --tokenizer /tmp/tokenizer \
+        --engine-cache /tmp/cache_sp --compare-freeze --out-dir "$W/sp"
+      wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900; summary "$W"/fp8.log
+      grep -h '"run"' "$W"/startprof.log | cut -c1-700 ;;
     mprof)  # #31: where a decode step goes (kernel tables, ms a step) at 1B and 8B, ours and vLLM tuned, and the
       # 1B table with two engines sharing each GPU (is a step bound by vLLM's CPU work per sequence?)
       M="$PY benchmarks/monkeys_throughput.py --gsm8k $GSM --tokenizer /tmp/tokenizer --engine-cache $CACHE"

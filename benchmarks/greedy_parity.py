@@ -270,7 +270,9 @@ def spawn_side_by_side(runs: dict[str, tuple[dict, str | None]]) -> dict[str, di
     procs = {}
     for name, (spec, devices) in runs.items():
         env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": devices} if devices is not None else {}))
-        procs[name] = subprocess.Popen([sys.executable, __file__, "--engine", json.dumps(spec)], env=env, text=True,
+        spec_file = Path(tempfile.mkstemp(suffix=".json")[1])  # a spec outgrows one argument (128 KiB)
+        spec_file.write_text(json.dumps(spec))
+        procs[name] = subprocess.Popen([sys.executable, __file__, "--engine", str(spec_file)], env=env, text=True,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     results = {}
     for name, proc in procs.items():
@@ -313,7 +315,7 @@ def main() -> None:
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.engine:
-        print("RESULT " + json.dumps(generate(json.loads(args.engine))), flush=True)
+        print("RESULT " + json.dumps(generate(json.loads(Path(args.engine).read_text()))), flush=True)
         return
     from monkeybarrel.core.models import resolve_model
 

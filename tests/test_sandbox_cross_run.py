@@ -173,6 +173,27 @@ def _drive(layer: str, caller: str, names, concurrent: bool, plants: bool) -> di
     return _drive_as_user(layer, names, concurrent, plants)
 
 
+def test_only_the_leftovers_of_this_process_are_counted_and_killed():
+    """Another test or benchmark run beside this one (its attacking run still going) is not counted or killed
+    here: counting every ``mb-left-*`` process of the host failed the cross-run tests when two runs overlapped."""
+    named = ("import ctypes, sys, time\nctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)\n"
+             "print(flush=True)\ntime.sleep(60)\n")
+    other = "mb-left-" + ("0000000" if attacks.LEFTOVER_NAME != "mb-left-0000000" else "1111111")
+    started = [subprocess.Popen([sys.executable, "-c", named, name], stdout=subprocess.PIPE)
+               for name in (attacks.LEFTOVER_NAME, other)]
+    try:
+        for process in started:
+            process.stdout.readline()  # named
+        ours, theirs = (process.pid for process in started)
+        assert ours in attacks.leftovers() and theirs not in attacks.leftovers()
+        attacks.kill_leftovers()
+        assert started[0].wait(timeout=10) == -9 and started[1].poll() is None
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+
+
 @pytest.mark.parametrize("layer", ["bwrap", "warm", "unshare", "none"])
 def test_leftovers_of_a_run_cannot_forge_later_verdicts(layer):
     report = _drive(layer, "root", QUICK, concurrent=False, plants=layer in ("warm", "none"))

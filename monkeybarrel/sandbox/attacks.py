@@ -7,6 +7,8 @@ Shared by the adversarial tests (``tests/test_sandbox_adversarial.py``) and the 
 
 from __future__ import annotations
 
+import os
+
 __all__ = ["tree_memory", "VERDICT_FORGERIES", "forgeries", "LEFTOVER_NAME", "FORGED_CHECKER", "CROSS_RUN_ATTACKS",
            "cross_run_attacks", "concurrent_attack", "leftovers", "kill_leftovers", "PLANT_KINDS", "PLANT_AND_LOOK", "planted_bytes_seen",
            "unprivileged_python", "CONVERTED_MARK", "EQUAL_VALUE_REWRITES", "rewrite_to_other_type"]
@@ -197,8 +199,11 @@ def forgeries(entry_point: str) -> dict[str, str]:
 # the attested line into their stdout. A sandbox holds when every later wrong candidate is still judged
 # wrong and nothing named ``LEFTOVER_NAME`` is alive once the attacking run has ended.
 
-LEFTOVER_NAME = "mb-leftover"
-"""The process name (``/proc/<pid>/comm``) the attacks' processes give themselves, so a host can count them."""
+LEFTOVER_NAME = "mb-left-" + os.urandom(4).hex()[:7]
+"""The process name (``/proc/<pid>/comm``, 15 characters at most) the attacks' processes give themselves, so a
+host can count them: ``mb-left-`` and 7 hex digits drawn when this module is loaded, so that a process counts
+(and kills) only what its own attacks left, never the processes of another test or benchmark run beside it
+(alive, as they should be, while that run's own attacking run lasts)."""
 
 FORGED_CHECKER = (
     "# forged by an earlier run\nimport hashlib, hmac, os\n"
@@ -335,18 +340,21 @@ CONCURRENT_ATTACK = "_haunt(SECONDS)\n"
 
 
 def leftovers() -> list[int]:
-    """Pids of the processes the cross-run attacks left (they name themselves ``LEFTOVER_NAME``)."""
-    import os
+    """Pids of the running processes this process's cross-run attacks left (they name themselves
+    ``LEFTOVER_NAME``; a killed one that its parent has not collected yet has ended: not counted)."""
+    from monkeybarrel.sandbox.cgroups import running  # absolute: this file is also loaded by path
 
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/comm") as comm:
-                    if comm.read().strip() == LEFTOVER_NAME:
-                        found.append(int(name))
+                    if comm.read().strip() != LEFTOVER_NAME:
+                        continue
             except OSError:
                 continue
+            if running(int(name)):
+                found.append(int(name))
     return found
 
 

@@ -264,6 +264,17 @@ class ProcessCgroup:
         return _field(text, "oom_kill") if text else None
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended: a zombie (ended, its parent has not collected it yet;
+    the host's init may take seconds) runs nothing and holds nothing, so it is not running."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")  # zombie, dead
+
+
 def kill_until_gone(list_pids: Callable[[], list[int]], patience_s: float = 10.0) -> None:
     """SIGKILL the processes ``list_pids()`` names, again and again, until it names none (or time is up)."""
     deadline = time.perf_counter() + patience_s
