@@ -127,6 +127,29 @@ def test_an_engine_without_torch_compile_compiles_nothing_and_samples_the_same()
     assert texts["no_compile"] == texts["eager"] and len(set(texts["eager"])) > 1
 
 
+def test_the_engine_starts_on_a_frozen_heap_with_the_collector_on(monkeypatch):
+    """vLLM is imported with the collector paused, and the engine starts with what was alive before frozen (the
+    start's full collections then skip it) and the collector back on."""
+    import gc
+
+    seen = {}
+    started = vllm.LLM.__init__
+
+    def recording(self, *args, **kwargs):
+        seen.update(frozen=gc.get_freeze_count(), collector=gc.isenabled())
+        started(self, *args, **kwargs)
+
+    monkeypatch.setattr(vllm.LLM, "__init__", recording)
+    gc.unfreeze()
+    sampler = VLLMSampler(GeneratorSpec(id="v", max_tokens=4), dtype="float32", max_model_len=512, cpu_kvcache_gib=1,
+                          enforce_eager=True)
+    try:
+        sampler.load()
+    finally:
+        sampler.close()
+    assert seen["collector"] and seen["frozen"] > 100_000  # torch's and vLLM's objects
+
+
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     with socket.socket() as probe:

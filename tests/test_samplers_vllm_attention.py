@@ -6,6 +6,7 @@ are measured by benchmarks/vllm_attention_auto.py on the GPU machine.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import string
@@ -15,7 +16,8 @@ import pytest
 from monkeybarrel.core.config import GeneratorSpec
 from monkeybarrel.samplers import vllm_engine
 from monkeybarrel.samplers.vllm_engine import (MIN_SHARING, OURS_ENGINE_DEFAULTS, capture_sizes, choose_attention,
-                                               engine_arguments, prompt_sharing, start_phases, use_engine_cache)
+                                               collector_paused, engine_arguments, prompt_sharing, start_phases,
+                                               use_engine_cache)
 from monkeybarrel.samplers.vllm_offline import VLLMSampler
 
 
@@ -116,6 +118,22 @@ def test_engine_cache_points_every_start_up_cache_into_one_directory(tmp_path, m
     assert all((root / d).is_dir() for d in ("vllm", "inductor", "triton"))
     assert os.environ["VLLM_ENABLE_STARTUP_PLAN"] == "1"
     assert use_engine_cache(tmp_path / "option") == tmp_path / "option"  # the option wins over the variable
+
+
+def test_the_collector_is_paused_for_the_block_and_left_as_it_was():
+    assert gc.isenabled()
+    with pytest.raises(ImportError):
+        with collector_paused():
+            assert not gc.isenabled()
+            import monkeybarrel_no_such_module  # noqa: F401  (an import that fails still turns it back on)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # off before: stays off
+    finally:
+        gc.enable()
 
 
 def test_the_sampler_defaults_to_auto_and_rejects_unknown_choices():

