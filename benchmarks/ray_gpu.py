@@ -23,7 +23,9 @@ prompt (a few-shot header every problem shares: 16 shots are ~2.6k tokens). Vari
 
 For each: the process's wall time, the sample stage's wall time, its start figures (``engine_start_s``;
 ``ray_init_s`` and ``workers_ready_s`` for Ray, counted from before the task's data load), generated
-tokens, generation tok/s (tokens / (stage wall - the part of the start inside the stage)), GPU-seconds.
+tokens, generation tok/s (tokens / (stage wall - the part of the start inside the stage); where workers came up
+one after another, also ``generation_tok_s_from_first_ready``, counted from the first worker up: the two bound
+the rate), GPU-seconds.
 
 Run on the GPU machine (docs/gpu.md): ``python benchmarks/ray_gpu.py --gsm8k FILE --tokenizer DIR --out F.json``
 """
@@ -112,10 +114,17 @@ def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
         before_stage = manifest["costs"]["stage_wall_s"].get("load", 0.0)
         inside = max(sampled["workers_ready_s"] - before_stage, 0.0)
     generation_s = sampled["wall_s"] - inside
+    if sampled.get("first_worker_ready_s", sampled.get("workers_ready_s")) != sampled.get("workers_ready_s"):
+        # workers up one after another (engines sharing a GPU start in turn): tokens of the early workers fell
+        # before the last was up, so tokens / generation_s overstates; from the first worker up, it understates
+        first_inside = max(sampled["first_worker_ready_s"] - manifest["costs"]["stage_wall_s"].get("load", 0.0), 0.0)
+        extra = {"generation_tok_s_from_first_ready": round(tokens / (sampled["wall_s"] - first_inside), 1)}
+    else:
+        extra = {}
     result = {"variant": name, "process_wall_s": round(wall, 1), "sample_stage_s": sampled["wall_s"],
               "start_inside_stage_s": round(inside, 1), "generation_s": round(generation_s, 2),
               "completion_tokens": tokens, "generation_tok_s": round(tokens / generation_s, 1),
-              "gpu_s": sampled.get("gpu_s"), "errors": sampled.get("errors"),
+              "gpu_s": sampled.get("gpu_s"), "errors": sampled.get("errors"), **extra,
               **{k: v for k, v in sampled.items() if k in ("import_s", "ray_init_s", "workers_ready_s",
                                                            "first_worker_ready_s")
                  or k.startswith(("worker_", "engine_"))}}
