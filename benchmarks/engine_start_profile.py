@@ -39,8 +39,9 @@ from model_shapes import PRESETS, shape_dir  # noqa: E402
 
 class WhoCalls:
     """While entered, times every call of ``gc.collect`` and of TorchScript's compiler (``torch.jit.frontend.
-    build_def``) by the stack that made it: the two own-time leaders of a cached 8B start, whose callers
-    cProfile's table does not name."""
+    build_def``) by the wall clock and the stack that made it: the two own-time leaders of cProfile's table for a
+    cached 8B start, which names neither caller. (The compiler's own time there was the thread waiting for the
+    interpreter lock while vLLM's other threads ran: ~1 ms a call by the wall clock.)"""
 
     def __init__(self, depth: int = 10) -> None:
         self.depth, self.seconds, self.calls = depth, {}, {}
