@@ -260,23 +260,20 @@ def kernel_speed() -> dict:
     return result
 
 
-def spawn(spec: dict) -> dict:
-    return spawn_side_by_side({"run": (spec, None)})["run"]
-
-
 def spawn_side_by_side(runs: dict[str, tuple[dict, str | None]]) -> dict[str, dict]:
     """Each ``name: (spec, devices)`` as its own engine process at once (``devices``: its CUDA_VISIBLE_DEVICES,
     None = this process's); their results by name."""
-    procs = {}
+    procs, spec_files = {}, {}
     for name, (spec, devices) in runs.items():
         env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": devices} if devices is not None else {}))
-        spec_file = Path(tempfile.mkstemp(suffix=".json")[1])  # a spec outgrows one argument (128 KiB)
-        spec_file.write_text(json.dumps(spec))
-        procs[name] = subprocess.Popen([sys.executable, __file__, "--engine", str(spec_file)], env=env, text=True,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        spec_files[name] = Path(tempfile.mkstemp(suffix=".json")[1])  # a spec outgrows one argument (128 KiB)
+        spec_files[name].write_text(json.dumps(spec))
+        procs[name] = subprocess.Popen([sys.executable, __file__, "--engine", str(spec_files[name])], env=env,
+                                       text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     results = {}
     for name, proc in procs.items():
         out, err = proc.communicate()
+        spec_files[name].unlink()
         line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
         if proc.returncode or line is None:
             sys.stderr.write(err[-6000:])
@@ -327,10 +324,10 @@ def main() -> None:
                  for attention in ("monkeybarrel", "vllm") for kv, engine in FP8_ENGINES.items()}
         runs = run_in_waves({name: {**spec, "forced": "self"} for name, spec in specs.items()
                              if name.endswith("_bf16")}, visible)
-        for name, spec in specs.items():  # the FP8 engines, fed their own backend's bf16 tokens
-            spec["forced"] = runs.get(name.replace("_fp8_calibrated", "_bf16").replace("_fp8", "_bf16"), {}).get(
-                "forced_reference")
-        runs.update(run_in_waves({n: s for n, s in specs.items() if not n.endswith("_bf16")}, visible))
+        # the FP8 engines, fed their own backend's bf16 tokens
+        fp8 = {name: {**spec, "forced": runs[f"{spec['attention']}_bf16"]["forced_reference"]}
+               for name, spec in specs.items() if not name.endswith("_bf16")}
+        runs.update(run_in_waves(fp8, visible))
         tokens = {k: v["tokens"] for k, v in runs.items()}
         forced = {k: compare_forced(v["forced_reference"], v["forced_choices"]) for k, v in runs.items()
                   if "forced_choices" in v}
