@@ -18,7 +18,6 @@
 #   STAGES="imports" bash benchmarks/gpu_lanes.sh      # #32: importing vLLM, 4 processes at once, before / after bytecode
 #   STAGES="start" bash benchmarks/gpu_lanes.sh        # #31: cold and cached starts, torch.compile or not (1B, 8B)
 #   STAGES="x4" bash benchmarks/gpu_lanes.sh           # #31: four engines a GPU at 1B, ours and vLLM tuned, beside one of each
-#   STAGES="s9" bash benchmarks/gpu_lanes.sh           # epg (GPUs 0, 1), FP8 parity (GPU 2), engine-start profile (GPU 3)
 #   STAGES="s9b" bash benchmarks/gpu_lanes.sh          # FP8 parity (GPU 0), the product path, vLLM's attention (GPU 1) and
 #                                                      # ours (GPU 3), each warmed; engine-start profile with gc.freeze A/B (GPU 2)
 #   STAGES="tp70b" bash benchmarks/gpu_lanes.sh        # PROF70=DIR: the auto engine's kernel tables; JOBS70: the jobs
@@ -104,22 +103,14 @@ for s in ${STAGES:-setup}; do
       lane p8b 3 $M --presets 8b --n 8b:32 --columns ours,vllm_tuned --profile --workdir "$W/8b" \
         --out "$OUT/monkeys_8b_profile.json"
       wait; cat "$W/lanes.txt"; summary "$W"/*.log ;;
-    epg|s9)  # #31 through the product: `monkeybarrel run`, backend ray, one worker against two and four sharing the
-      # GPU (engines_per_gpu: 2, 4), 1B, 128 GSM8K x 64 samples x 256 tokens, 4-shot system prompt; two lanes (GPUs
-      # 0, 1), each first filling the engine cache with a short run of its first variant. s9 adds the FP8 parity
-      # (GPU 2) and where an 8B engine's start goes, cold and cached (GPU 3)
+    epg)  # #31 through the product: `monkeybarrel run`, backend ray, one worker against two and four sharing the GPU
+      # (engines_per_gpu: 2, 4), 1B, 128 GSM8K x 64 samples x 256 tokens, 4-shot system prompt; two lanes (GPUs 0,
+      # 1), each first filling the engine cache with a short run of its first variant
       R="$PY benchmarks/ray_gpu.py --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 64 \
          --max-tokens 256 --shots 4 --engine-cache $CACHE --preset 1b --baseline ray-1 --warmup"
       lane epg1 0 $R --variants ray-1,ray-2 --workdir "$W/a" --out "$OUT/engines_per_gpu_1b_a.json"
       lane epg4 1 $R --variants ray-1g-x4 --workdir "$W/b" --out "$OUT/engines_per_gpu_1b_b.json"
-      if [ "$s" = s9 ]; then
-        lane fp8 2 $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k $GSM \
-          --out "$OUT/parity_fp8.json"
-        lane startprof 3 $PY benchmarks/engine_start_profile.py --preset 8b --tokenizer /tmp/tokenizer \
-          --engine-cache /tmp/cache_sp --out-dir "$W/sp"
-      fi
-      wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900; summary "$W"/fp8.log
-      grep -h '"run"' "$W"/startprof.log | cut -c1-700 ;;
+      wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-900 ;;
     fp8parity)  # #31: greedy tokens, bf16 KV against FP8 (scale 1.0 and calibrated), ours and vLLM's attention
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_FP8:-400} $PY benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf \
         --gsm8k $GSM --out "$OUT/parity_fp8.json" > "$W/fp8parity.log" 2>&1
