@@ -107,6 +107,14 @@ def test_a_directory_of_another_sweep_or_of_other_files_is_refused(tmp_path: Pat
     (tmp_path / "store" / "config.yaml").write_text("name: x\n")
     with pytest.raises(ForeignSweepError, match="not a sweep directory"):
         claim(tmp_path / "store", sweep)
+    starting = tmp_path / "starting"  # another shard's files on their way in: its sweep.yaml, a temporary file
+    (starting / "shards").mkdir(parents=True)
+    for name in ("sweep.yaml", ".sweep.yaml.4242.tmp", "shards/.2-of-2.json.4242.tmp"):
+        (starting / name).write_text("")
+    assert len(claim(starting, sweep)["points"]) == 2
+    (starting / "notes.txt").write_text("mine")
+    with pytest.raises(ForeignSweepError, match=r"not a sweep directory \(no sweep.json; holds \['notes.txt'\]\)"):
+        claim(starting, sweep)
     assert json.loads((directory / "sweep.json").read_text())["points"][0]["name"] == "temperature=0.3"
 
 

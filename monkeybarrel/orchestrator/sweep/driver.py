@@ -249,12 +249,12 @@ def run_sweep(sweep: Sweep, directory: str | Path, *, ray_address: str | None = 
                 record["state"] = "pending"
         if shard:
             manifest["shard"] = {"index": shard[0], "count": shard[1], "points": [i.point.name for i in mine]}
-        write_sweep_file(directory, sweep)
         run = {"started": now(), "pid": os.getpid(), "host": socket.gethostname(), "ray_address": ray_address,
                "points": len(todo), "engine_starts": {}, "shard": f"{shard[0]}/{shard[1]}" if shard else None,
                "devices": setting.devices.describe() if setting.lanes else None}
         manifest["runs"].append(run)
-        write_manifest(directory, manifest, file)
+        write_manifest(directory, manifest, file)  # before sweep.yaml: a shard starting beside this one sees a sweep
+        write_sweep_file(directory, sweep)
         part = f" (shard {shard[0]}/{shard[1]}: {len(mine)} of {len(planned)} points)" if shard else ""
         echo(f"sweep {sweep.name}{part}: {len(mine)} points, {len(mine) - len(todo)} done, {len(todo)} to run -> "
              f"{directory}" + (f" on {setting.devices.describe()}" if setting.lanes and todo else ""))
