@@ -6,7 +6,8 @@
 #   STAGES="single" bash benchmarks/gpu_lanes.sh       # #31: Monkeys 1B / 8B tables, cached restart, product path
 #   STAGES="table" bash benchmarks/gpu_lanes.sh        # #31: the Monkeys table on one host (1B / 8B, ours / tuned)
 #   STAGES="warm" bash benchmarks/gpu_lanes.sh         # #32: fill the engine cache for the data-parallel engine
-#   STAGES="dp" bash benchmarks/gpu_lanes.sh           # #32: data parallel, 1 GPU (in the actor / spawned) and 2 GPUs
+#   STAGES="dp" bash benchmarks/gpu_lanes.sh           # #32: data parallel, 1 GPU and 2 GPUs side by side (DP_EPG=VARIANTS:
+#                                                      # those ray_gpu.py variants at 1B on GPU 3 meanwhile, e.g. ray-1g-x4)
 #   STAGES="dp4" bash benchmarks/gpu_lanes.sh          # #32: data parallel on 4 GPUs
 #   STAGES="tpparity" bash benchmarks/gpu_lanes.sh     # #32: greedy TP 1 vs 2, ours and vLLM's attention (control)
 #   STAGES="diag1" bash benchmarks/gpu_lanes.sh        # one GPU: a Ray worker's start split, cold and cached; 1B planning
@@ -71,14 +72,13 @@ for s in ${STAGES:-setup}; do
       timeout 300 $PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --samples 256 \
         --variants ray-1 --only-warmup --engine-cache $CACHE --workdir "$W/warm" > "$W/warm.log" 2>&1
       echo "warm-up exit $?"; grep -h '"variant"' "$W/warm.log" | cut -c1-600 ;;
-    dp)  # data parallel, #32's job (8B, 128 x 256 x $DPTOK tokens): 1 GPU with the engine core in the actor (the
-      # default) and spawned, 2 GPUs, side by side on one host
+    dp)  # data parallel, #32's job (8B, 128 x 256 x $DPTOK tokens): 1 GPU and 2 GPUs, side by side on one host
       R="$PY benchmarks/ray_gpu.py --preset 8b --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 --samples 256 \
          --max-tokens ${DPTOK:-256} --shots 4 --engine-cache $CACHE"
       lane dp1 0 $R --variants ray-1$DPV --workdir "$W/dp1" --out "$OUT/dp_1.json"
       lane dp2 1,2 $R --variants ray-2g$DPV --workdir "$W/dp2" --out "$OUT/dp_2.json"
       [ -n "$DP_EPG" ] && lane epg1b 3 $PY benchmarks/ray_gpu.py --gsm8k $GSM --tokenizer /tmp/tokenizer --problems 128 \
-        --samples 64 --max-tokens 256 --shots 4 --engine-cache $CACHE --variants ray-1$DPV,ray-2$DPV --preset 1b \
+        --samples 64 --max-tokens 256 --shots 4 --engine-cache $CACHE --variants "$DP_EPG" --preset 1b --warmup \
         --workdir "$W/epg1b" --out "$OUT/engines_per_gpu_1b.json"
       wait; cat "$W/lanes.txt"; grep -h '"variant"' "$W"/*.log | cut -c1-700 ;;
     s9b)
@@ -126,7 +126,7 @@ for s in ${STAGES:-setup}; do
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_DP4:-280} $R --variants ray-4g$DPV --workdir "$W/dp4" \
         --out "$OUT/dp_4.json" > "$W/dp4.log" 2>&1
       grep -h '"variant"' "$W/dp4.log" | cut -c1-700 ;;
-    tpparity)  # greedy tokens at TP 1 vs 2, ours and vLLM's attention (the control), two engines at a time
+    tpparity)  # greedy tokens at TP 1 vs 2, ours and vLLM's attention (the control), free-running and teacher-forced
       CUDA_VISIBLE_DEVICES=0,1,2,3 timeout ${T_TP:-400} $PY benchmarks/greedy_parity.py --mode tp --gguf /tmp/smol.gguf \
         --gsm8k $GSM --out "$OUT/parity_tp.json" > "$W/tpparity.log" 2>&1
       echo "tp parity exit $?"; summary "$W/tpparity.log" ;;

@@ -20,12 +20,12 @@ greedy n > 1), ``--max-tokens`` new tokens,
 
 Figures, free-running: positions where the two runs' tokens are identical / all positions (a sequence
 that diverges once counts its remaining positions as different), sequences identical to the end, and the
-first divergence of each sequence that diverges. ``--mode fp8`` also runs every engine **teacher-forced**
-on the bf16 run's tokens (same attention backend): each step feeds the reference token whatever the model
-chose (:func:`forced_tokens_processor`, a vLLM logits processor) and records the model's own greedy choice
-(the top token of its raw logprobs), so each position is compared on the same prefix: the fraction of
-positions where the FP8 engine's choice is the bf16 token is the per-position agreement, free of the
-cascade one flipped near-tie starts. The bf16 engines run forced on their own tokens too (the floor: a
+first divergence of each sequence that diverges. Both modes also run every engine **teacher-forced** on the
+reference run's tokens (same attention backend; the reference: bf16 KV, TP 1): each step feeds the reference
+token whatever the model chose (``forced_tokens.ForcedTokens``, a vLLM logits processor) and records the
+model's own greedy choice (the top token of its raw logprobs), so each position is compared on the same
+prefix: the fraction of positions where the engine's choice is the reference token is the per-position
+agreement, free of the cascade one flipped near-tie starts. The reference engines run forced on their own tokens too (the floor: a
 batch's different composition alone).
 
     python benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k FILE --out parity_fp8.json
@@ -42,7 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 
@@ -89,41 +90,10 @@ FP8_ENGINES = {"bf16": {}, "fp8": {"kv_cache_dtype": "fp8"},
 """The KV caches ``--mode fp8`` compares: bf16, e4m3 at scale 1.0, e4m3 at scales vLLM computes on the first forward."""
 
 
-FORCED_KEY = "monkeybarrel_forced_tokens"
-"""``SamplingParams.extra_args`` key holding the tokens a teacher-forced request is fed, one a step."""
-
-
-def forced_tokens_processor() -> type:
-    """A vLLM (V1) logits processor class: a request whose ``extra_args[FORCED_KEY]`` lists tokens samples, at its
-    i-th step, the i-th of them (every other logit set to -inf); requests without the key are untouched. vLLM
-    computes ``logprobs`` from the raw logits, before processors, so the top logprob is still the model's own
-    greedy choice at that step."""
-    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
-
-    class ForcedTokens(AdapterLogitsProcessor):
-        def is_argmax_invariant(self) -> bool:
-            return False
-
-        def new_req_logits_processor(self, params):
-            forced = (params.extra_args or {}).get(FORCED_KEY)
-            if not forced:
-                return None
-
-            def force(output_ids: list[int], logits):
-                step = len(output_ids)
-                if step < len(forced):
-                    logits.fill_(float("-inf"))
-                    logits[forced[step]] = 0.0
-                return logits
-
-            return force
-
-    return ForcedTokens
-
-
 def forced_choices(llm, prompts: list[str], reference: list[list[int]]) -> list[list[int]]:
     """The model's greedy choice at each step of each prompt while it is fed ``reference`` (its tokens, one
     list per prompt): [prompt][step] token ids. Raises if a fed token is not the reference's."""
+    from forced_tokens import FORCED_KEY
     from vllm import SamplingParams
 
     todo = [i for i, ref in enumerate(reference) if ref]
@@ -144,8 +114,9 @@ def generate(spec: dict) -> dict:
     """One engine (in this process): greedy tokens of every prompt (one sample each); with ``spec["forced"]``
     (the reference's tokens, or ``"self"``: this run's own) also the teacher-forced choices."""
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-    if spec.get("forced"):  # the engine core in this process: the logits processor class is passed as an object
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # the forced-tokens processor is named, and resolved by every process that samples (engine core, TP workers)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    from forced_tokens import NAME as FORCED_PROCESSOR
     from vllm import LLM, SamplingParams
 
     from monkeybarrel.samplers.vllm_engine import engine_arguments
@@ -158,7 +129,7 @@ def generate(spec: dict) -> dict:
     os.environ["MONKEYBARREL_ATTENTION_STATS"] = str(stats)  # the engine process writes its counters there
     started = time.perf_counter()
     if spec.get("forced"):
-        args["logits_processors"] = [forced_tokens_processor()]
+        args["logits_processors"] = [FORCED_PROCESSOR]
     llm = LLM(model=spec["model"], seed=0, **args)
     start_s = time.perf_counter() - started
     params = SamplingParams(n=1, temperature=0.0, max_tokens=spec["max_tokens"], detokenize=False)
@@ -292,13 +263,13 @@ def run_in_waves(specs: dict[str, dict], devices: list[str | None]) -> dict[str,
 
 
 def tp_waves(devices: list[str]) -> list[dict[str, str | None]]:
-    """Which TP-parity engines run together on ``devices``: with 4 or more, both TP 2 engines side by side, then
-    both TP 1 engines; else one at a time (None: every visible device)."""
-    names = [f"{attention}_tp{tp}" for tp in (2, 1) for attention in ("monkeybarrel", "vllm")]
+    """Which TP-parity engines run together on ``devices``: with 4 or more, both TP 1 engines side by side, then
+    both TP 2 engines (fed the TP 1 engines' tokens); else one at a time (None: every visible device)."""
+    names = [f"{attention}_tp{tp}" for tp in (1, 2) for attention in ("monkeybarrel", "vllm")]
     if len(devices) < 4:
         return [{name: None} for name in names]
     pairs = [",".join(devices[0:2]), ",".join(devices[2:4])]
-    return [{names[0]: pairs[0], names[1]: pairs[1]}, {names[2]: devices[0], names[3]: devices[2]}]
+    return [{names[0]: devices[0], names[1]: devices[2]}, {names[2]: pairs[0], names[3]: pairs[1]}]
 
 
 def main() -> None:
@@ -347,7 +318,9 @@ def main() -> None:
             specs = {}
             for name, devices in wave.items():
                 attention, tp = name.rsplit("_tp", 1)
-                specs[name] = ({**base, "model": wide, "attention": attention,
+                # TP 1 fed its own tokens (the floor), TP 2 fed its backend's TP 1 tokens
+                forced = "self" if tp == "1" else runs[f"{attention}_tp1"]["forced_reference"]
+                specs[name] = ({**base, "model": wide, "attention": attention, "forced": forced,
                                 "engine": {"tensor_parallel_size": int(tp)} if tp != "1" else {}}, devices)
             runs.update(spawn_side_by_side(specs))
         tokens = {k: v["tokens"] for k, v in runs.items()}
@@ -355,7 +328,9 @@ def main() -> None:
                   # the control: vLLM's own attention across the same TP change, and ours against vLLM's at each TP
                   "vllm_attention_tp1_vs_tp2": compare(tokens["vllm_tp1"], tokens["vllm_tp2"]),
                   "ours_vs_vllm_tp1": compare(tokens["monkeybarrel_tp1"], tokens["vllm_tp1"]),
-                  "ours_vs_vllm_tp2": compare(tokens["monkeybarrel_tp2"], tokens["vllm_tp2"])}
+                  "ours_vs_vllm_tp2": compare(tokens["monkeybarrel_tp2"], tokens["vllm_tp2"]),
+                  "teacher_forced": {k: compare_forced(v["forced_reference"], v["forced_choices"])
+                                     for k, v in runs.items()}}
     report["runs"] = {k: {"engine_start_s": v["engine_start_s"], "attention_stats": v["attention_stats"]}
                       for k, v in runs.items()}
     report.update(prompts=args.prompts, max_tokens=args.max_tokens, model=args.gguf)

@@ -7,12 +7,14 @@ that feeds a reference's tokens while the model's own greedy choices are read fr
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
 
 from greedy_parity import compare, compare_forced  # noqa: E402
 
@@ -43,15 +45,18 @@ def test_forced_tokens_feed_the_reference_and_report_the_models_own_choices(monk
     reference with one token changed, the model's choice at that step is still its own token (the fed token
     is not what it would pick), the steps before agree, and the run is fed every reference token."""
     pytest.importorskip("vllm")
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the processor class is passed as an object
+    # named, the processor is resolved in the engine core's own process (and in TP workers): this folder on its path
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")])))
     from vllm import LLM, SamplingParams
 
-    from greedy_parity import forced_choices, forced_tokens_processor
+    from forced_tokens import NAME
+    from greedy_parity import forced_choices
     from monkeybarrel.core.models import resolve_model
 
     prompts = ["Question: What is 17 + 25?\nAnswer:", "The capital of France is", "def add(a, b):\n    return"]
     llm = LLM(model=resolve_model("smollm2-135m-instruct"), seed=0, enforce_eager=True, dtype="float32",
-              max_model_len=512, logits_processors=[forced_tokens_processor()])
+              gpu_memory_utilization=0.25,  # on the CPU build: the share of host memory it reserves
+              max_model_len=512, logits_processors=[NAME])
     try:
         free = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=12, detokenize=False),
                             use_tqdm=False)
@@ -70,3 +75,31 @@ def test_forced_tokens_feed_the_reference_and_report_the_models_own_choices(monk
         assert list(plain[0].outputs[0].token_ids) == tokens[0]
     finally:
         del llm
+
+
+@pytest.mark.slow
+def test_teacher_forced_tp_parity_runs_the_named_processor_in_tensor_parallel_workers(monkeypatch, tmp_path):
+    """The benchmark's TP mode on real vLLM (CPU build, its own attention, 2 ranks): the TP 2 engine's workers
+    resolve the forced-tokens processor by name and are fed the TP 1 tokens (``forced_choices`` raises
+    otherwise); each position is compared on the same prefix, so the per-position agreement is at least the
+    free-running one, where a flip counts the rest of the sequence as different."""
+    pytest.importorskip("vllm")
+    import torch
+
+    from greedy_parity import compare, generate, widen_heads
+    from monkeybarrel.core.models import resolve_model
+
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # generate() prepends this folder
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # one core a rank (vLLM binds by NUMA node otherwise)
+    wide = str(widen_heads(Path(resolve_model("smollm2-135m-instruct")), tmp_path / "wide", 12, 4))
+    base = {"model": wide, "attention": "vllm", "max_tokens": 16, "memory": 0.25,
+            "prompts": ["Question: What is 17 + 25?\nAnswer:", "The capital of France is", "def add(a, b):\n    return",
+                        "Question: A farmer has 3 cows and buys 4 more. How many cows?\nAnswer:"]}
+    tp1 = generate({**base, "engine": {}, "forced": "self"})
+    assert tp1["forced_choices"] == tp1["forced_reference"] == [t[0] for t in tp1["tokens"]]
+    tp2 = generate({**base, "engine": {"tensor_parallel_size": 2}, "forced": tp1["forced_reference"]})
+    forced = compare_forced(tp1["forced_reference"], tp2["forced_choices"])
+    free = compare(tp1["tokens"], tp2["tokens"])
+    assert forced["positions"] == sum(map(len, tp1["forced_reference"])) <= free["positions"]
+    assert forced["positions_agree"] >= free["positions_identical"] and forced["positions_agree"] >= 0.9
