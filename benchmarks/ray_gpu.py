@@ -22,7 +22,8 @@ prompt (a few-shot header every problem shares: 16 shots are ~2.6k tokens). Vari
 ``--engine-cache DIR`` gives every engine the same start-up cache directory (``engine_cache``).
 
 For each: the process's wall time, the sample stage's wall time, its start figures (``engine_start_s``;
-``ray_init_s`` and ``workers_ready_s`` for Ray, counted from before the task's data load), generated
+``ray_init_s`` and ``workers_ready_s`` for Ray, counted from before the task's data load; ``kv_shared_workers``:
+workers that started with the KV cache size their GPU's first engine measured), generated
 tokens, generation tok/s (tokens / (stage wall - the part of the start inside the stage); where workers came up
 one after another, also ``generation_tok_s_from_first_ready``, counted from the first worker up: the two bound
 the rate), GPU-seconds.
@@ -126,7 +127,7 @@ def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
               "completion_tokens": tokens, "generation_tok_s": round(tokens / generation_s, 1),
               "gpu_s": sampled.get("gpu_s"), "errors": sampled.get("errors"), **extra,
               **{k: v for k, v in sampled.items() if k in ("import_s", "ray_init_s", "workers_ready_s",
-                                                           "first_worker_ready_s")
+                                                           "first_worker_ready_s", "kv_shared_workers")
                  or k.startswith(("worker_", "engine_"))}}
     print(json.dumps(result), flush=True)
     return result

@@ -33,23 +33,21 @@ Cluster: ``address`` (or ``$RAY_ADDRESS``) joins a running cluster (``ray://head
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import itertools
 import math
 import os
 import queue
-import tempfile
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..core.config import GeneratorSpec
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
+from .gpu_sharing import gpu_turn, share_key
 from .vllm_engine import OUTSIDE_SHARE, engine_devices, fits_one_gpu, shared_gpu_memory
 
 ENGINE_ROWS = {"vllm": 2048, "embedded": 64, "openai": 64}
@@ -73,22 +71,32 @@ class _Worker:
     """
 
     def __init__(self, spec: GeneratorSpec, options: dict[str, Any], expected_sharing: float | None = None,
-                 spawned_at: float | None = None, start_alone: bool = False) -> None:
+                 spawned_at: float | None = None, start_alone: bool = False, share_token: str | None = None) -> None:
         from ..core.plugins import build_plugin
 
         began, entered = time.perf_counter(), time.time()
-        prepare = getattr(SAMPLERS.get(spec.backend), "prepare", None) if spec.backend in SAMPLERS else None
+        backend = SAMPLERS.get(spec.backend) if spec.backend in SAMPLERS else None
+        prepare = getattr(backend, "prepare", None)
         if prepare is not None:  # the engine library's import touches no GPU: workers sharing one import side by side
             prepare()
         imported_s = time.perf_counter() - began
-        with gpu_turn(start_alone) as turn:
+        key, measures = share_key(backend, spec.backend, spec.model, options, share_token,
+                                  expected_sharing=expected_sharing)
+        with gpu_turn(start_alone, key, measures) as turn:  # engines sharing a GPU: gpu_sharing's module docstring
+            turn_at = time.time()
+            shared = {"kv_cache_memory_bytes": turn.shared_bytes} if turn.shared_bytes else {}
             self.sampler = build_plugin(SAMPLERS, spec.backend, f"generators[id={spec.id}].options.backend",
-                                        spec=spec, **options)
+                                        spec=spec, **options, **shared)
             if expected_sharing is not None and hasattr(self.sampler, "expected_sharing"):
                 self.sampler.expected_sharing = expected_sharing  # `attention: auto` decides before requests come
+            if turn.measuring and hasattr(self.sampler, "on_kv_cache_sized"):
+                self.sampler.on_kv_cache_sized = turn.publish  # the others of its key start once it has its size
             load = getattr(self.sampler, "load", None)
             if load is not None:
                 load()  # a model that cannot load fails the actor's start, and so the run
+            turn.publish(getattr(self.sampler, "kv_cache_bytes", None))  # if not done as the engine started
+            up_at = time.time()
+        self._turn = turn
         # where a worker's start goes: Ray placing it and starting its process (up to here, by the wall clock of
         # both ends: one host, or clocks in step), then importing the engine library (before the turn), building +
         # loading the inner sampler, of which the engine's own start (with the phases vLLM times)
@@ -98,7 +106,14 @@ class _Worker:
                                    else round(imported_s + self.sampler.import_s, 3)),
                       "engine_start_s": getattr(self.sampler, "engine_start_s", None),
                       "engine_phases": dict(getattr(self.sampler, "start_phases", None) or {}),
-                      "turn_wait_s": turn.get("wait_s"), "before_turn_s": round(imported_s, 3)}
+                      "turn_wait_s": turn.wait_s, "before_turn_s": round(imported_s, 3),
+                      # the KV cache: the size it started with, published by its GPU's first engine of its kind (None:
+                      # measured its own), the bytes and blocks it got, and when it published its own (into its turn)
+                      "kv_cache_shared_bytes": turn.shared_bytes,
+                      "kv_cache_bytes": getattr(self.sampler, "kv_cache_bytes", None),
+                      "kv_cache_blocks": getattr(self.sampler, "kv_cache_blocks", None),
+                      "kv_cache_published_s": turn.published_s,
+                      "turn_at": round(turn_at, 3), "up_at": round(up_at, 3)}  # wall clock: its start's span
         self._feed: queue.Queue = queue.Queue()
         self._routes: dict[int, queue.Queue] = {}
         self._tasks = itertools.count()
@@ -157,6 +172,7 @@ class _Worker:
 
     def close(self) -> None:
         self.sampler.close()
+        self._turn.forget()  # the pool is closing: its published sizes go
 
 
 @dataclass
@@ -219,8 +235,9 @@ class RaySampler(Sampler):
             (:func:`~monkeybarrel.samplers.vllm_engine.shared_gpu_memory`: 0.43 for 2, 0.195 for 4). Where a step is
             bound by vLLM's per-sequence CPU work (small models, thousands of sequences), K engines do it in K
             processes: 1B on an H100, two engines 2.00x one (benchmarks/monkeys_throughput_h100.json); an 8B
-            engine is GPU-bound and two are slower. Engines sharing a GPU start one after another (:func:`gpu_turn`),
-            after importing vLLM side by side.
+            engine is GPU-bound and two are slower. Engines sharing a GPU import vLLM side by side; the first
+            measures its KV cache alone and publishes the size, then the others start together with that size
+            (:mod:`~monkeybarrel.samplers.gpu_sharing`; one after another where the size cannot be read).
         tokens_in_flight: estimated tokens (prompt + n x max_tokens per problem) a worker holds at once;
             None = 2 x the sequences its engine decodes at once x (max_tokens + 256).
         requests_per_task: at most this many problems per task (None: only tokens decide).
@@ -282,6 +299,7 @@ class RaySampler(Sampler):
         self._prestarted: float | None = None
         self._first_start: list[_Handle] = []  # the workers :meth:`prestart` started (the start figures' cohort)
         self._start_error: BaseException | None = None
+        self._share_token = uuid.uuid4().hex[:12]  # this pool's engines on a GPU share a KV size (gpu_sharing)
 
     # ---- engine sharing ------------------------------------------------------------------
     def rebind(self, spec: GeneratorSpec) -> None:
@@ -364,7 +382,7 @@ class RaySampler(Sampler):
     def _spawn(self) -> _Handle:
         actor = self._actor_class.options(**self.actor_options()).remote(  # workers sharing a GPU start in turn
             self.inner_spec, self.inner_spec.options, float(self.spec.num_samples), time.time(),
-            0 < self.num_gpus_per_worker < 1)
+            0 < self.num_gpus_per_worker < 1, self._share_token)
         return _Handle(actor, time.perf_counter(), ready=actor.info.remote())
 
     def worker_info(self) -> list[dict[str, Any]]:
@@ -556,16 +574,20 @@ def start_figures(infos: list[dict[str, Any]]) -> dict[str, float]:
     """Where the workers' start went, seconds: ``workers_ready_s`` (the last worker up, from
     :meth:`RaySampler.prestart`) and ``first_worker_ready_s``; then the slowest worker's (the last up) split:
     ``worker_actor_up_s`` (Ray placing it and starting its process), ``worker_init_s`` (its inner sampler built
-    and loaded), within that ``worker_turn_wait_s`` (waiting for engines sharing its GPU to start, :func:`gpu_turn`),
+    and loaded), within that ``worker_turn_wait_s`` (waiting for engines sharing its GPU: :mod:`.gpu_sharing`),
     ``worker_import_s`` (the engine library's import) and ``worker_engine_start_s``
     (the engine's own start), and within that ``worker_<phase>`` for each phase vLLM timed
-    (:data:`~monkeybarrel.samplers.vllm_engine.START_PHASES`)."""
+    (:data:`~monkeybarrel.samplers.vllm_engine.START_PHASES`). Where workers started with the KV cache size their
+    GPU's first engine measured (:mod:`~monkeybarrel.samplers.gpu_sharing`), ``kv_shared_workers`` counts them."""
     slowest = max(infos, key=lambda i: i["ready_s"])
     figures = {"workers_ready_s": slowest["ready_s"], "first_worker_ready_s": min(i["ready_s"] for i in infos)}
     for key in ("actor_up_s", "init_s", "turn_wait_s", "import_s", "engine_start_s"):
         if slowest.get(key) is not None:
             figures[f"worker_{key}"] = slowest[key]
     figures.update({f"worker_{phase}": seconds for phase, seconds in (slowest.get("engine_phases") or {}).items()})
+    shared = sum(1 for i in infos if i.get("kv_cache_shared_bytes"))
+    if shared:
+        figures["kv_shared_workers"] = shared
     return figures
 
 
@@ -588,29 +610,6 @@ def share_gpus(backend: str, options: dict[str, Any], engines_per_gpu: int, gpus
                          f"than the GPU holds (each engine also takes ~{OUTSIDE_SHARE:g} of it outside its share): give "
                          f"each engine at most {shared_gpu_memory(engines_per_gpu, 1.0)}")
     return 1.0 / engines_per_gpu
-
-
-@contextlib.contextmanager
-def gpu_turn(alone: bool) -> Iterator[dict[str, float]]:
-    """With ``alone``, hold this node's lock for the actor's GPU(s) (``ray.get_gpu_ids()``) while the block runs,
-    so engines sharing a GPU start one after another: vLLM sizes its KV cache from the GPU memory in use while it
-    starts, which another engine starting beside it would change. Yields ``{"wait_s": seconds waited for the lock}``
-    (empty without ``alone``)."""
-    turn: dict[str, float] = {}
-    if not alone:
-        yield turn
-        return
-    import ray
-
-    gpus = "-".join(str(g) for g in ray.get_gpu_ids()) or "none"
-    began = time.perf_counter()
-    with open(Path(tempfile.gettempdir()) / f"monkeybarrel-gpu-{gpus}.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        turn["wait_s"] = round(time.perf_counter() - began, 3)
-        try:
-            yield turn
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def default_workers(resources: dict[str, float], gpus_per_worker: float, cpus_per_worker: float) -> int:

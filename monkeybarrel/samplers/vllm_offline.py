@@ -49,6 +49,7 @@ from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
 from .vllm_engine import (ATTENTION_CHOICES, MIN_SHARING, OURS_ENGINE_DEFAULTS, choose_attention, collector_paused,
                           engine_arguments, engine_devices, freeze_heap, on_cpu, prompt_sharing, start_phases,
                           use_engine_cache)
+from .vllm_kv_size import engine_kv_cache_blocks, engine_kv_cache_bytes, kv_cache_sizing
 
 __all__ = ["VLLMSampler", "ATTENTION_CHOICES", "MIN_SHARING", "OURS_ENGINE_DEFAULTS", "choose_attention",
            "engine_arguments", "prompt_sharing"]
@@ -105,6 +106,10 @@ class VLLMSampler(Sampler):
             (the default here) runs it eagerly with a full CUDA graph per decode step
             (:data:`~monkeybarrel.samplers.vllm_engine.EAGER_WITH_GRAPHS`): on an H100 the same generation
             speed at the 1B and 8B Llama shapes and a start 6 s (cached) to 24 s (cold) shorter (docs/gpu.md).
+        kv_cache_memory_bytes: the KV cache's size in bytes (vLLM's ``kv_cache_memory_bytes``): the engine skips
+            memory profiling and ignores ``gpu_memory_utilization`` for its KV cache; on CPU it wins over
+            ``cpu_kvcache_gib`` and ``VLLM_CPU_KVCACHE_SPACE``. Ray workers sharing a GPU pass the size the first
+            of them measured (:mod:`~monkeybarrel.samplers.gpu_sharing`). None: measured as the engine starts.
     """
 
     def __init__(self, spec: GeneratorSpec, tensor_parallel_size: int = 1, dtype: str = "auto",
@@ -112,7 +117,8 @@ class VLLMSampler(Sampler):
                  enable_prefix_caching: bool = True, enforce_eager: bool = False, chunk_requests: int = 256,
                  cpu_kvcache_gib: float | None = None, engine_kwargs: dict[str, Any] | None = None,
                  attention: str = "auto", prefill_first: bool = True, seed_per_request: bool = True,
-                 engine_cache: str | None = None, torch_compile: bool = False) -> None:
+                 engine_cache: str | None = None, torch_compile: bool = False,
+                 kv_cache_memory_bytes: int | None = None) -> None:
         super().__init__(spec)
         if attention not in ATTENTION_CHOICES:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, got {attention!r}")
@@ -132,6 +138,13 @@ class VLLMSampler(Sampler):
             "enable_prefix_caching": enable_prefix_caching, "enforce_eager": enforce_eager,
             **(engine_kwargs or {}),
         }
+        if kv_cache_memory_bytes is not None:
+            given = self.engine_args.get("kv_cache_memory_bytes")
+            if type(kv_cache_memory_bytes) is not int or kv_cache_memory_bytes <= 0:
+                raise ValueError(f"kv_cache_memory_bytes must be a positive int, got {kv_cache_memory_bytes!r}")
+            if given is not None and given != kv_cache_memory_bytes:
+                raise ValueError(f"kv_cache_memory_bytes {kv_cache_memory_bytes} and engine_kwargs' {given} differ")
+            self.engine_args["kv_cache_memory_bytes"] = kv_cache_memory_bytes
         self.chunk_requests, self.cpu_kvcache_gib = chunk_requests, cpu_kvcache_gib
         self.prefill_first, self.seed_per_request, self.engine_cache = prefill_first, seed_per_request, engine_cache
         self.torch_compile = torch_compile
@@ -146,6 +159,13 @@ class VLLMSampler(Sampler):
         """(backend, reason) that ``attention`` resolved to when the engine started."""
         self.expected_sharing: float | None = None
         """Prompt sharing to assume when the engine starts before any request is known (Ray workers)."""
+        self.on_kv_cache_sized: Callable[[int], Any] | None = None
+        """Called with the KV cache's bytes as soon as the starting engine has measured them (before it allocates
+        the cache and captures graphs), where that can be caught (:func:`~.vllm_kv_size.kv_cache_sizing`)."""
+        self.kv_cache_bytes: int | None = None
+        """Bytes of KV cache the started engine got (its ``kv_cache_memory_bytes`` equivalent), None if unreadable."""
+        self.kv_cache_blocks: int | None = None
+        """KV cache blocks of the started engine (None until started, or unreadable)."""
         self.stats = {"primers": 0, "engine_requests": 0, "admission_waits": 0}
         """Counters: prefill-only requests sent, engine requests, and steps run with fewer than ``chunk_requests``
         problems in the engine (admission held the next one back, or none was waiting)."""
@@ -154,6 +174,12 @@ class VLLMSampler(Sampler):
         self._mean_len: tuple[float, int] = (0.0, 0)  # sum and count of finished completions' lengths
 
     # ---- loading -------------------------------------------------------------------------
+    @staticmethod
+    def kv_cache_given(options: dict[str, Any]) -> int | None:
+        """The KV cache bytes backend ``options`` give (``kv_cache_memory_bytes``, or in ``engine_kwargs``), or None."""
+        given = options.get("kv_cache_memory_bytes")
+        return given if given is not None else (options.get("engine_kwargs") or {}).get("kv_cache_memory_bytes")
+
     @staticmethod
     def prepare() -> None:
         """Import vLLM in this process, with the collector paused (:meth:`load` does it when not done). It touches
@@ -173,7 +199,8 @@ class VLLMSampler(Sampler):
         began = time.perf_counter()
         self.prepare()
         from vllm import LLM
-        if self.cpu_kvcache_gib is not None:
+        sized_kv = self.engine_args.get("kv_cache_memory_bytes") is not None
+        if self.cpu_kvcache_gib is not None and not sized_kv:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kvcache_gib)
         cache = use_engine_cache(self.engine_cache)
         sharing = prompt_sharing([self._prompt_text(r) for r in requests],
@@ -191,9 +218,12 @@ class VLLMSampler(Sampler):
         freeze_heap()
         started = time.perf_counter()
         self.import_s = round(started - began, 3)
-        with start_phases() as phases:
+        with start_phases() as phases, kv_cache_sizing(self.on_kv_cache_sized) as sized, \
+                _env_without("VLLM_CPU_KVCACHE_SPACE" if sized_kv and on_cpu() else None):
             self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
         self.engine_start_s, self.start_phases = round(time.perf_counter() - started, 3), phases
+        self.kv_cache_bytes = sized.get("bytes") or engine_kv_cache_bytes(self._llm)
+        self.kv_cache_blocks = engine_kv_cache_blocks(self._llm)
         self._gpus, self._held_since = self._engine_gpus(), started
 
     @property
@@ -393,6 +423,18 @@ class VLLMSampler(Sampler):
         _shut_down(llm)
         del llm
         gc.collect()
+
+
+@contextlib.contextmanager
+def _env_without(name: str | None) -> Iterator[None]:
+    """Environment variable ``name`` unset while the block runs (vLLM's CPU platform lets ``VLLM_CPU_KVCACHE_SPACE``
+    override a given ``kv_cache_memory_bytes``), set again after; nothing for None."""
+    value = os.environ.pop(name, None) if name else None
+    try:
+        yield
+    finally:
+        if value is not None:
+            os.environ[name] = value
 
 
 def _has_room(engine, problems: list[_Problem]) -> bool:
