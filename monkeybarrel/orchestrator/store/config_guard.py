@@ -17,7 +17,7 @@ RUNTIME_OPTIONS = frozenset({
     "timeout_s", "chunk_requests", "num_workers", "address", "num_cpus_per_worker", "num_gpus_per_worker",
     "requests_per_task", "tasks_per_worker", "max_worker_restarts", "max_attempts", "start_timeout_s", "workers",
     "gpu_memory_utilization", "cpu_kvcache_gib", "enforce_eager", "api_key", "runtime_env", "init_options",
-    "progress", "show_progress", "batch_window_s", "device",
+    "progress", "show_progress", "batch_window_s", "device", "engines_per_gpu", "kv_cache_memory_bytes",
 })
 """``options`` keys that change speed or placement only: changing them never blocks a resume."""
 
