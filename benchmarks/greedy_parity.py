@@ -13,10 +13,11 @@ greedy n > 1), ``--max-tokens`` new tokens,
   shape's attention, 1,024 sequences in 16 groups). Engines run side by side, one per visible GPU.
 - ``--mode tp``: tensor parallel 1 against 2, with vLLM's own attention across the same change as the
   control (greedy bf16 decoding is not invariant to TP's different reduction order: a near-tie flips and
-  the sequence diverges from there), and ours against vLLM's at each TP. SmolLM2-135M has 9 query and 3 KV heads, which two GPUs
-  cannot split, so both runs use the same function-preserving widening of its attention: 12 query and 4
-  KV heads, the added heads' q/k/v rows and o_proj columns zero (their output is multiplied by zero), the
-  original weights untouched.
+  the sequence diverges from there), and ours against vLLM's at each TP. SmolLM2-135M has 9 query and 3 KV
+  heads, which two GPUs cannot split, so both runs use the same function-preserving widening of its
+  attention: 12 query and 4 KV heads, the added heads' q/k/v rows and o_proj columns zero (their output is
+  multiplied by zero), the original weights untouched. ``--attention vllm`` runs the control alone, which
+  vLLM's CPU build also runs (two ranks, each bound to half of the cores).
 
 Figures, free-running: positions where the two runs' tokens are identical / all positions (a sequence
 that diverges once counts its remaining positions as different), sequences identical to the end, and the
@@ -25,10 +26,11 @@ reference run's tokens (same attention backend; the reference: bf16 KV, TP 1): e
 token whatever the model chose (``forced_tokens.ForcedTokens``, a vLLM logits processor) and records the
 model's own greedy choice (the top token of its raw logprobs), so each position is compared on the same
 prefix: the fraction of positions where the engine's choice is the reference token is the per-position
-agreement, free of the cascade one flipped near-tie starts. The reference engines run forced on their own tokens too (the floor: a
-batch's different composition alone).
+agreement, free of the cascade one flipped near-tie starts. The reference engines run forced on their own
+tokens too (the floor: a batch's different composition alone).
 
     python benchmarks/greedy_parity.py --mode fp8 --gguf /tmp/smol.gguf --gsm8k FILE --out parity_fp8.json
+    python benchmarks/greedy_parity.py --mode tp --attention vllm --out parity_tp_cpu.json   # vLLM's CPU build
 """
 
 from __future__ import annotations
@@ -116,10 +118,15 @@ def generate(spec: dict) -> dict:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     # the forced-tokens processor is named, and resolved by every process that samples (engine core, TP workers)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    import torch
     from forced_tokens import NAME as FORCED_PROCESSOR
     from vllm import LLM, SamplingParams
 
     from monkeybarrel.samplers.vllm_engine import engine_arguments
+
+    ranks = spec["engine"].get("tensor_parallel_size", 1)
+    if ranks > 1 and not torch.cuda.is_available():  # vLLM's CPU build binds a rank's threads to a NUMA node else
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(ranks))
 
     args = engine_arguments(spec.get("attention", "monkeybarrel"),
                             {"dtype": "bfloat16", "max_model_len": 2048, "enable_prefix_caching": True,
@@ -262,14 +269,25 @@ def run_in_waves(specs: dict[str, dict], devices: list[str | None]) -> dict[str,
     return results
 
 
-def tp_waves(devices: list[str]) -> list[dict[str, str | None]]:
-    """Which TP-parity engines run together on ``devices``: with 4 or more, both TP 1 engines side by side, then
-    both TP 2 engines (fed the TP 1 engines' tokens); else one at a time (None: every visible device)."""
-    names = [f"{attention}_tp{tp}" for tp in (1, 2) for attention in ("monkeybarrel", "vllm")]
-    if len(devices) < 4:
+def tp_waves(devices: list[str], attentions: tuple[str, ...] = ("monkeybarrel", "vllm")) -> list[dict[str, str | None]]:
+    """Which TP-parity engines run together on ``devices``: with 4 or more and two backends, both TP 1 engines side
+    by side, then both TP 2 engines (fed the TP 1 engines' tokens); else one at a time (None: every visible device,
+    or the CPU)."""
+    names = [f"{attention}_tp{tp}" for tp in (1, 2) for attention in attentions]
+    if len(devices) < 4 or len(attentions) != 2:
         return [{name: None} for name in names]
     pairs = [",".join(devices[0:2]), ",".join(devices[2:4])]
     return [{names[0]: devices[0], names[1]: devices[2]}, {names[2]: pairs[0], names[3]: pairs[1]}]
+
+
+def cpu_binding(ranks: int, cores: int | None = None) -> str:
+    """vLLM's CPU build's ``VLLM_CPU_OMP_THREADS_BIND`` for ``ranks`` tensor-parallel ranks on one NUMA node: the
+    cores split into ``ranks`` ranges (``0-3|4-7``; a single core is named alone)."""
+    cores = cores or os.cpu_count() or 1
+    if cores < ranks:
+        raise SystemExit(f"{ranks} tensor-parallel ranks need {ranks} cores; this machine has {cores}")
+    share = cores // ranks
+    return "|".join(str(i * share) if share == 1 else f"{i * share}-{(i + 1) * share - 1}" for i in range(ranks))
 
 
 def main() -> None:
@@ -279,6 +297,8 @@ def main() -> None:
     ap.add_argument("--gsm8k", type=Path, default=ROOT.parent / "shared/data/gsm8k/test.jsonl")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--attention", default="monkeybarrel,vllm",
+                    help="--mode tp: the attention backends to run, comma-separated (vllm alone runs on vLLM's CPU build)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -289,6 +309,9 @@ def main() -> None:
 
     model = Path(resolve_model(args.gguf))
     base = {"prompts": prompts(args.gsm8k, args.prompts), "max_tokens": args.max_tokens}
+    attentions = tuple(a for a in ("monkeybarrel", "vllm") if a in args.attention.split(","))
+    if not attentions or set(args.attention.split(",")) - set(attentions):
+        ap.error(f"--attention {args.attention!r}: expected monkeybarrel, vllm or both, comma-separated")
     if args.mode == "fp8":
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or [None]
         specs = {f"{attention}_{kv}": {**base, "model": str(model), "attention": attention, "engine": engine}
@@ -314,7 +337,7 @@ def main() -> None:
         wide = str(widen_heads(model, Path("/tmp/smollm2_wide"), 12, 4))
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         runs = {}
-        for wave in tp_waves([d for d in visible.split(",") if d.strip()]):
+        for wave in tp_waves([d for d in visible.split(",") if d.strip()], attentions):
             specs = {}
             for name, devices in wave.items():
                 attention, tp = name.rsplit("_tp", 1)
@@ -324,13 +347,16 @@ def main() -> None:
                                 "engine": {"tensor_parallel_size": int(tp)} if tp != "1" else {}}, devices)
             runs.update(spawn_side_by_side(specs))
         tokens = {k: v["tokens"] for k, v in runs.items()}
-        report = {"mode": "tp", **compare(tokens["monkeybarrel_tp1"], tokens["monkeybarrel_tp2"]),
-                  # the control: vLLM's own attention across the same TP change, and ours against vLLM's at each TP
-                  "vllm_attention_tp1_vs_tp2": compare(tokens["vllm_tp1"], tokens["vllm_tp2"]),
-                  "ours_vs_vllm_tp1": compare(tokens["monkeybarrel_tp1"], tokens["vllm_tp1"]),
-                  "ours_vs_vllm_tp2": compare(tokens["monkeybarrel_tp2"], tokens["vllm_tp2"]),
-                  "teacher_forced": {k: compare_forced(v["forced_reference"], v["forced_choices"])
-                                     for k, v in runs.items()}}
+        report = {"mode": "tp", "attention": list(attentions)}
+        if "monkeybarrel" in attentions:
+            report.update(compare(tokens["monkeybarrel_tp1"], tokens["monkeybarrel_tp2"]))
+        if "vllm" in attentions:  # the control: vLLM's own attention across the same TP change
+            report["vllm_attention_tp1_vs_tp2"] = compare(tokens["vllm_tp1"], tokens["vllm_tp2"])
+        if len(attentions) == 2:  # ours against vLLM's at each TP
+            report.update({f"ours_vs_vllm_tp{tp}": compare(tokens[f"monkeybarrel_tp{tp}"], tokens[f"vllm_tp{tp}"])
+                           for tp in (1, 2)})
+        report["teacher_forced"] = {k: compare_forced(v["forced_reference"], v["forced_choices"])
+                                    for k, v in runs.items()}
     report["runs"] = {k: {"engine_start_s": v["engine_start_s"], "attention_stats": v["attention_stats"]}
                       for k, v in runs.items()}
     report.update(prompts=args.prompts, max_tokens=args.max_tokens, model=args.gguf)

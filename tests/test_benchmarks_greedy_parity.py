@@ -103,3 +103,15 @@ def test_teacher_forced_tp_parity_runs_the_named_processor_in_tensor_parallel_wo
     free = compare(tp1["tokens"], tp2["tokens"])
     assert forced["positions"] == sum(map(len, tp1["forced_reference"])) <= free["positions"]
     assert forced["positions_agree"] >= free["positions_identical"] and forced["positions_agree"] >= 0.9
+
+
+def test_tp_waves_and_the_cpu_binding_of_tensor_parallel_ranks():
+    from greedy_parity import cpu_binding, tp_waves
+
+    assert tp_waves(["0", "1", "2", "3"]) == [{"monkeybarrel_tp1": "0", "vllm_tp1": "2"},
+                                              {"monkeybarrel_tp2": "0,1", "vllm_tp2": "2,3"}]
+    assert tp_waves([], ("vllm",)) == [{"vllm_tp1": None}, {"vllm_tp2": None}]  # TP 1 first: TP 2 is fed its tokens
+    assert tp_waves(["0", "1", "2", "3"], ("vllm",)) == [{"vllm_tp1": None}, {"vllm_tp2": None}]
+    assert cpu_binding(2, 2) == "0|1" and cpu_binding(2, 16) == "0-7|8-15" and cpu_binding(4, 10) == "0-1|2-3|4-5|6-7"
+    with pytest.raises(SystemExit, match="need 2 cores"):
+        cpu_binding(2, 1)
