@@ -88,6 +88,11 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield line_number, record
 
 
+def is_atomic_temporary(name: str) -> bool:
+    """Whether file ``name`` is an :func:`atomic_write_bytes` temporary (``.NAME.PID.tmp``): a write on its way in."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file beside it, fsync and rename (never half a file).
 
@@ -95,7 +100,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     ``ExperimentStore.writing``, which also lists the file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # is_atomic_temporary
     try:
         with open(tmp, "wb") as handle:
             handle.write(data)

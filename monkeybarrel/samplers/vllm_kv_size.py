@@ -42,11 +42,11 @@ def _sizes_later(vllm_config: Any) -> bool:
 def kv_cache_sizing(on_sized: Callable[[int], Any] | None = None) -> Iterator[dict[str, Any]]:
     """While the block starts an engine in this thread, catch the KV cache bytes its (single) worker measured.
 
-    Yields a dict that gets ``bytes`` (the KV cache size, bytes) once known, and ``early``: whether ``on_sized``
-    was called with them then, before the engine allocates its cache and captures graphs (not when the worker
-    will still measure memory for a start-up plan, :func:`_sizes_later`: the caller then has the bytes after the
-    block). ``on_sized`` failing is logged, never raised into the engine's start. Nothing is caught where vLLM's
-    engine core runs in another process, or where vLLM has no ``get_kv_cache_configs`` in its engine core."""
+    Yields a dict that gets ``bytes`` (the KV cache size, bytes) once known; ``on_sized`` is called with them
+    then, before the engine allocates its cache and captures graphs (not when the worker will still measure
+    memory for a start-up plan, :func:`_sizes_later`: the caller then has the bytes after the block).
+    ``on_sized`` failing is logged, never raised into the engine's start. Nothing is caught where vLLM's engine
+    core runs in another process, or where vLLM has no ``get_kv_cache_configs`` in its engine core."""
     sized: dict[str, Any] = {}
 
     def catch(vllm_config: Any, available: list[int]) -> None:
@@ -54,8 +54,7 @@ def kv_cache_sizing(on_sized: Callable[[int], Any] | None = None) -> Iterator[di
         if size <= 0:
             return  # several workers (tensor parallel) or no KV cache: nothing one engine could reuse
         sized["bytes"] = size
-        sized["early"] = on_sized is not None and not _sizes_later(vllm_config)
-        if sized["early"]:
+        if on_sized is not None and not _sizes_later(vllm_config):
             try:
                 on_sized(size)
             except Exception as exc:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..core.config import GeneratorSpec
+from ..core.environment import environment
 from ..core.models import resolve_model
 from ..core.records import Candidate
 from .base import SAMPLERS, SampleRequest, Sampler, wall_time_shares
@@ -218,8 +219,9 @@ class VLLMSampler(Sampler):
         freeze_heap()
         started = time.perf_counter()
         self.import_s = round(started - began, 3)
-        with start_phases() as phases, kv_cache_sizing(self.on_kv_cache_sized) as sized, \
-                _env_without("VLLM_CPU_KVCACHE_SPACE" if sized_kv and on_cpu() else None):
+        # vLLM's CPU platform lets VLLM_CPU_KVCACHE_SPACE override a given kv_cache_memory_bytes
+        unset = {"VLLM_CPU_KVCACHE_SPACE": None} if sized_kv and on_cpu() else {}
+        with start_phases() as phases, kv_cache_sizing(self.on_kv_cache_sized) as sized, environment(unset):
             self._llm = LLM(model=resolve_model(self.spec.model), seed=self.spec.seed or 0, **args)
         self.engine_start_s, self.start_phases = round(time.perf_counter() - started, 3), phases
         self.kv_cache_bytes = sized.get("bytes") or engine_kv_cache_bytes(self._llm)
@@ -423,18 +425,6 @@ class VLLMSampler(Sampler):
         _shut_down(llm)
         del llm
         gc.collect()
-
-
-@contextlib.contextmanager
-def _env_without(name: str | None) -> Iterator[None]:
-    """Environment variable ``name`` unset while the block runs (vLLM's CPU platform lets ``VLLM_CPU_KVCACHE_SPACE``
-    override a given ``kv_cache_memory_bytes``), set again after; nothing for None."""
-    value = os.environ.pop(name, None) if name else None
-    try:
-        yield
-    finally:
-        if value is not None:
-            os.environ[name] = value
 
 
 def _has_room(engine, problems: list[_Problem]) -> bool:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ...core.environment import environment
 from ..store.manifest import now
 from .placement import Devices, Group, Placement, group_need, work
 from .points import Journal, Planned, run_group
@@ -100,19 +101,10 @@ class LaneRunner:
         number = self.started
         items = {i: self.todo[i] for i in list(group.waiting)}
         inbox = self.context.Queue()
-        env = self.devices.lane_env(ids)
-        saved = {key: os.environ.get(key) for key in env}
-        os.environ.update(env)  # the spawned process starts with these: its CUDA sees only its GPUs
-        try:
+        with environment(self.devices.lane_env(ids)):  # the spawned process starts with these: CUDA sees its GPUs
             process = self.context.Process(target=lane_main, name=f"monkeybarrel-lane-{number}",
                                            args=(number, items, str(self.directory), self.retry, self.events, inbox))
             process.start()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         self.lanes[number] = _Lane(number, group, ids, process, inbox)
         self.journal.echo(f"lane {number}: {group.name} on {self.devices.describe(ids)}")
 

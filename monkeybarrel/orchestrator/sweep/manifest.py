@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from ...core.config import fingerprint
-from ...core.files import atomic_write_bytes
+from ...core.files import atomic_write_bytes, is_atomic_temporary
 from ..store.config_guard import RUNTIME_OPTIONS, changed_keys, result_inputs
 from ..store.experiment_store import StoreError
 from ..store.lock import LOCK_NAME
@@ -144,11 +144,6 @@ def config_hash(point: Point) -> str:
     return fingerprint(data)
 
 
-def _temporary(name: str) -> bool:
-    """An :func:`atomic_write_bytes` file on its way in (another shard starting at the same moment)."""
-    return name.startswith(".") and name.endswith(".tmp")
-
-
 def claim(directory: str | Path, sweep: Sweep, file: str = MANIFEST) -> dict[str, Any]:
     """The manifest for running ``sweep`` in ``directory`` as ``file`` (``sweep.json`` or a shard's): the stored
     points (of every driver) merged with the sweep's; the engine starts and runs of ``file`` alone.
@@ -161,7 +156,8 @@ def claim(directory: str | Path, sweep: Sweep, file: str = MANIFEST) -> dict[str
     old = read_manifest(directory)
     own = read_file(directory, file)
     if not old and directory.is_dir():
-        strays = sorted(p.name for p in directory.iterdir() if p.name not in SWEEP_FILES and not _temporary(p.name))
+        strays = sorted(p.name for p in directory.iterdir()  # another shard's writes may be on their way in
+                        if p.name not in SWEEP_FILES and not is_atomic_temporary(p.name))
         if strays:
             raise ForeignSweepError(f"{directory}: not a sweep directory (no {MANIFEST}; holds {strays[:5]}); "
                                     "give an empty or new directory with --out")
