@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from child_result import emit, parse  # noqa: E402
 from model_shapes import PRESETS, shape_dir  # noqa: E402
 
 
@@ -129,7 +130,7 @@ def main() -> None:
     if args.one:
         result = profile_start(args.one[0], str(args.engine_cache), args.samples, Path(args.one[1]), args.attention,
                                freeze=not args.no_freeze)
-        print("RESULT " + json.dumps(result), flush=True)
+        emit(result)
         return
     args.out_dir.mkdir(parents=True, exist_ok=True)
     model = shape_dir(args.preset, args.out_dir / f"{args.preset}_model", args.tokenizer)
@@ -140,12 +141,12 @@ def main() -> None:
                                str(args.engine_cache), "--samples", str(args.samples), "--attention", args.attention,
                                *(["--no-freeze"] if run >= args.runs else []), "--one", str(model), str(out)],
                               capture_output=True, text=True)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if proc.returncode or line is None:
+        result = parse(proc.stdout)
+        if proc.returncode or result is None:
             sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-4000:])
             results.append({"run": run, "failed": proc.returncode})
             continue
-        results.append({"run": run, **json.loads(line[7:])})
+        results.append({"run": run, **result})
         print(json.dumps(results[-1]), flush=True)
     (args.out_dir / "starts.json").write_text(json.dumps(results, indent=1))
 

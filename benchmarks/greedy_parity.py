@@ -47,6 +47,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from child_result import emit, parse  # noqa: E402
 
 
 def widen_heads(model_dir: Path, out: Path, q_heads: int, kv_heads: int) -> Path:
@@ -252,11 +255,11 @@ def spawn_side_by_side(runs: dict[str, tuple[dict, str | None]]) -> dict[str, di
     for name, proc in procs.items():
         out, err = proc.communicate()
         spec_files[name].unlink()
-        line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
-        if proc.returncode or line is None:
+        result = parse(out)
+        if proc.returncode or result is None:
             sys.stderr.write(err[-6000:])
             raise SystemExit(f"engine {name} ({runs[name][0]['engine']}) failed (exit {proc.returncode})")
-        results[name] = json.loads(line[7:])
+        results[name] = result
     return results
 
 
@@ -303,7 +306,7 @@ def main() -> None:
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.engine:
-        print("RESULT " + json.dumps(generate(json.loads(Path(args.engine).read_text()))), flush=True)
+        emit(generate(json.loads(Path(args.engine).read_text())))
         return
     from monkeybarrel.core.models import resolve_model
 

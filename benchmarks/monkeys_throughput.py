@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from child_result import emit, parse  # noqa: E402
 from model_shapes import PRESETS, shape_dir  # noqa: E402
 from monkeybarrel.samplers.vllm_engine import engine_arguments, shared_gpu_memory  # noqa: E402
 
@@ -322,12 +323,12 @@ def spawn(spec: dict, log: Path) -> dict | None:
     """Run ``engine_process(spec)`` in a fresh interpreter; its RESULT line, or None (the log keeps the why)."""
     proc = subprocess.run([sys.executable, __file__, "--engine", json.dumps(spec)], capture_output=True, text=True)
     log.write_text(proc.stdout[-20000:] + "\n--- stderr ---\n" + proc.stderr[-40000:])
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
+    result = parse(proc.stdout)
+    if proc.returncode != 0 or result is None:
         sys.stderr.write(proc.stderr[-4000:])
         print(f"engine {spec['name']} failed (exit {proc.returncode}); log {log}", flush=True)
         return None
-    return json.loads(line[len("RESULT "):])
+    return result
 
 
 def spawn_together(spec: dict, world: int, base: Path) -> dict | None:
@@ -393,7 +394,7 @@ def main() -> None:
     args = ap.parse_args()
     suffix = f"_x{args.engines_per_gpu}" if args.engines_per_gpu > 1 else ""  # the columns' names with K engines
     if args.engine:
-        print("RESULT " + json.dumps(engine_process(json.loads(args.engine))), flush=True)
+        emit(engine_process(json.loads(args.engine)))
         return
     args.workdir.mkdir(parents=True, exist_ok=True)
     base = {"dtype": "bfloat16", "max_model_len": 2048, "gpu_memory_utilization": 0.9, "tensor_parallel_size": args.tp}

@@ -110,18 +110,17 @@ def run_variant(name: str, model: Path, args, workdir: Path) -> dict:
     tokens = manifest["costs"]["generators"]["g"]["completion_tokens"]
     # the part of the start that fell inside the sample stage: vLLM's engine start; Ray's workers started before
     # the data load, so only what was left of their start when the stage began
+    before_stage = manifest["costs"]["stage_wall_s"].get("load", 0.0)
     inside = sampled.get("engine_start_s", 0.0)
     if "workers_ready_s" in sampled:
-        before_stage = manifest["costs"]["stage_wall_s"].get("load", 0.0)
         inside = max(sampled["workers_ready_s"] - before_stage, 0.0)
     generation_s = sampled["wall_s"] - inside
+    extra = {}
     if sampled.get("first_worker_ready_s", sampled.get("workers_ready_s")) != sampled.get("workers_ready_s"):
         # workers up one after another (engines sharing a GPU start in turn): tokens of the early workers fell
         # before the last was up, so tokens / generation_s overstates; from the first worker up, it understates
-        first_inside = max(sampled["first_worker_ready_s"] - manifest["costs"]["stage_wall_s"].get("load", 0.0), 0.0)
-        extra = {"generation_tok_s_from_first_ready": round(tokens / (sampled["wall_s"] - first_inside), 1)}
-    else:
-        extra = {}
+        first_inside = max(sampled["first_worker_ready_s"] - before_stage, 0.0)
+        extra["generation_tok_s_from_first_ready"] = round(tokens / (sampled["wall_s"] - first_inside), 1)
     result = {"variant": name, "process_wall_s": round(wall, 1), "sample_stage_s": sampled["wall_s"],
               "start_inside_stage_s": round(inside, 1), "generation_s": round(generation_s, 2),
               "completion_tokens": tokens, "generation_tok_s": round(tokens / generation_s, 1),

@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from child_result import emit, parse  # noqa: E402
 
 MODES = ("direct", "spawn", "inproc")
 
@@ -74,7 +77,7 @@ def main() -> None:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(measure(args.model, args.one, args.cpu, args.engine_cache)), flush=True)
+        emit(measure(args.model, args.one, args.cpu, args.engine_cache))
         return
     results = []
     for mode in args.modes.split(","):
@@ -82,9 +85,9 @@ def main() -> None:
             raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
         command = [sys.executable, __file__, "--model", args.model, "--one", mode, "--engine-cache", args.engine_cache]
         proc = subprocess.run(command + (["--cpu"] if args.cpu else []), capture_output=True, text=True)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-        result = json.loads(line[7:]) if line else {"mode": mode, "failed": proc.returncode,
-                                                    "stderr": proc.stderr[-1500:]}
+        result = parse(proc.stdout)
+        if result is None:
+            result = {"mode": mode, "failed": proc.returncode, "stderr": proc.stderr[-1500:]}
         print(json.dumps(result), flush=True)
         results.append(result)
     if args.out:

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from child_result import emit, parse  # noqa: E402
 from model_shapes import PRESETS, shape_dir  # noqa: E402,F401  (PRESETS: the shapes this script knows)
 
 JOBS = {  # preset -> [(prompts, samples per prompt, prompt tokens, new tokens)]: the issues' tables
@@ -144,8 +145,7 @@ def main() -> None:
         BASE_ARGS["tensor_parallel_size"] = args.tp
     if args.engine:
         preset, engine_args, jobs, profile, unseeded, repeats = json.loads(args.engine)
-        print("RESULT " + json.dumps(run_engine(preset, engine_args, [tuple(j) for j in jobs], profile, unseeded,
-                                                repeats)), flush=True)
+        emit(run_engine(preset, engine_args, [tuple(j) for j in jobs], profile, unseeded, repeats))
         return
     from monkeybarrel.samplers.vllm_offline import engine_arguments
 
@@ -176,12 +176,12 @@ def main() -> None:
                                                                      unseeded, 1 if args.once else 2])]
             print(f"== {preset} {name}: {engine['args']}", flush=True)
             proc = subprocess.run(cmd, capture_output=True, text=True)
-            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-            if proc.returncode != 0 or line is None:
+            result = parse(proc.stdout)
+            if proc.returncode != 0 or result is None:
                 sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
                 print(f"{preset} {name} failed (exit {proc.returncode})", flush=True)
                 continue
-            results[name] = json.loads(line[len("RESULT "):]) | {"args": engine["args"]}
+            results[name] = result | {"args": engine["args"]}
             if args.out:  # after every engine, so a cut-off run keeps what it measured
                 report["presets"][preset] = {"engines": results, "table": [], "no_sharing_ratio": None}
                 Path(args.out).write_text(json.dumps(report, indent=1))

@@ -30,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from child_result import emit, parse  # noqa: E402
 
 SHAPES = [  # (prompts, n, prompt_len); 256 x 1 shares nothing; 4 x 64 x 32 has next to no KV to read: the
     # engine's floor (its step time without attention traffic: CPU per step, or the rest of the model)
@@ -170,7 +173,7 @@ def main() -> None:
     profile_shapes = tuple(tuple(int(x) for x in s.split("x")) for s in args.profile_shapes.split(",") if s)
     if args.backend:
         result = run_backend(args.backend, args.model_dir, shapes, args.profile, profile_shapes)
-        print("RESULT " + json.dumps(result), flush=True)
+        emit(result)
         return
     build_model(Path(args.model_dir))
     runs = {}
@@ -183,12 +186,12 @@ def main() -> None:
                "--profile",
                str(Path(args.profile) / variant.replace(":", "_").replace("=", "_")) if args.profile else ""]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if proc.returncode != 0 or line is None:
+        result = parse(proc.stdout)
+        if proc.returncode != 0 or result is None:
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
             print(f"{variant} run failed (exit {proc.returncode})", flush=True)
             continue
-        runs[variant] = json.loads(line[len("RESULT "):]) | {"backend": variant}
+        runs[variant] = result | {"backend": variant}
         if args.out:  # after every engine, so a cut-off run keeps what it measured
             Path(args.out).write_text(json.dumps({"runs": runs}, indent=1))
     report = {"runs": {k: {kk: vv for kk, vv in v.items() if kk != "greedy"} for k, v in runs.items()},
